@@ -1,0 +1,77 @@
+// InferenceSession: loads an ONNX model and runs it on the CPU.
+//
+//   onnxtrain::InferenceSession session("model.onnx");
+//   std::vector<onnxtrain::Tensor> outputs = session.run({{"input", tensor}});
+#pragma once
+
+#include <onnxtrain/tensor.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace onnxtrain {
+
+namespace runtime {
+class Executor;
+}
+
+struct SessionOptions {
+  // Threads for the work inside one op; 0 uses every core.
+  int intra_op_num_threads = 0;
+};
+
+// A graph input or output as the model declares it.
+struct ValueMetadata {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  bool has_shape = false;
+  // One entry per dimension: its size, or -1 when symbolic or unknown.
+  std::vector<int64_t> shape;
+  // One entry per dimension: the symbolic name ("batch"), or "" when fixed or unnamed.
+  std::vector<std::string> dim_names;
+};
+
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+class InferenceSession {
+ public:
+  explicit InferenceSession(const std::filesystem::path& model_path, SessionOptions options = {});
+  // `base_dir` is where external data files are looked up, if the model has any.
+  InferenceSession(std::span<const std::byte> model_bytes, SessionOptions options = {},
+                   const std::filesystem::path& base_dir = {});
+  InferenceSession(InferenceSession&&) noexcept;
+  InferenceSession& operator=(InferenceSession&&) noexcept;
+  ~InferenceSession();
+
+  // Runs the model. `output_names` empty means every graph output, in graph order. Feeds
+  // are read in place (not copied); returned tensors are owned by the caller. Throws an
+  // Error naming the input and what was expected when a feed has the wrong name, count,
+  // shape or dtype. Runs of one session are serialized.
+  std::vector<Tensor> run(const NamedTensors& feeds, const std::vector<std::string>& output_names = {});
+
+  // Inputs the caller must feed (initializers that double as inputs are left out).
+  const std::vector<ValueMetadata>& inputs() const;
+  const std::vector<ValueMetadata>& outputs() const;
+
+ private:
+  std::unique_ptr<runtime::Executor> executor_;
+};
+
+// A registered kernel: `op_type` of `domain` ("" is ONNX's default domain) for opsets
+// since_version..until_version (inclusive; INT_MAX means "and every later one").
+struct OpSupport {
+  std::string domain;
+  std::string op_type;
+  int since_version = 0;
+  int until_version = 0;
+};
+
+std::vector<OpSupport> supported_ops();
+
+}  // namespace onnxtrain

@@ -1,0 +1,13 @@
+"""onnxtrain: run and train ONNX models on a C++ engine.
+
+The inference API follows onnxruntime's::
+
+    import onnxtrain
+    session = onnxtrain.InferenceSession("model.onnx")
+    outputs = session.run(None, {"input": array})
+"""
+
+from onnxtrain._session import InferenceSession, NodeArg, SessionOptions, supported_ops
+
+__all__ = ["InferenceSession", "NodeArg", "SessionOptions", "supported_ops"]
+__version__ = "0.1.0"

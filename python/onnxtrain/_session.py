@@ -1,0 +1,109 @@
+"""InferenceSession and its helpers, shaped like onnxruntime's."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from onnxtrain import _C
+
+# ONNX TensorProto.DataType codes -> the names onnxruntime reports ("tensor(float)").
+_TYPE_NAMES = {
+    1: "float", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
+    8: "string", 9: "bool", 10: "float16", 11: "double", 12: "uint32", 13: "uint64", 16: "bfloat16",
+}
+_BFLOAT16 = 16
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """A graph input or output: its name, shape (ints, symbolic names or None) and type."""
+
+    name: str
+    shape: list[int | str | None] | None
+    type: str
+
+
+class SessionOptions:
+    """Options for an InferenceSession. ``intra_op_num_threads`` = 0 uses every core."""
+
+    def __init__(self) -> None:
+        self.intra_op_num_threads: int = 0
+
+
+def _bfloat16_dtype() -> np.dtype | None:
+    try:
+        import ml_dtypes
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def _node_args(entries: Iterable[dict[str, Any]]) -> list[NodeArg]:
+    return [
+        NodeArg(e["name"], e["shape"], f"tensor({_TYPE_NAMES.get(e['dtype'], 'undefined')})") for e in entries
+    ]
+
+
+def _as_input_array(name: str, value: Any, expected_dtype: int | None) -> np.ndarray:
+    array = np.ascontiguousarray(value)
+    if expected_dtype == _BFLOAT16 and array.dtype == np.uint16:
+        return array
+    if array.dtype.name == "bfloat16":
+        return array.view(np.uint16) if expected_dtype == _BFLOAT16 else array
+    if array.dtype == object or array.dtype.kind in "USV":
+        raise ValueError(f"input '{name}': onnxtrain takes numeric arrays, got dtype {array.dtype}")
+    return array
+
+
+class InferenceSession:
+    """Loads an ONNX model (a path or the serialized bytes) and runs it."""
+
+    def __init__(
+        self,
+        path_or_bytes: str | bytes | os.PathLike[str],
+        sess_options: SessionOptions | None = None,
+        providers: Sequence[str] | None = None,
+        **_: Any,
+    ) -> None:
+        if providers and any(p not in ("CPUExecutionProvider", "cpu") for p in providers):
+            raise ValueError(f"onnxtrain runs on the CPU only for now; got providers {list(providers)}")
+        threads = sess_options.intra_op_num_threads if sess_options else 0
+        model = path_or_bytes if isinstance(path_or_bytes, bytes) else os.fspath(path_or_bytes)
+        self._session = _C.InferenceSession(model, threads)
+        self._inputs = _node_args(self._session.inputs())
+        self._outputs = _node_args(self._session.outputs())
+        self._input_dtypes = {e["name"]: e["dtype"] for e in self._session.inputs()}
+        self._output_dtypes = {e["name"]: e["dtype"] for e in self._session.outputs()}
+
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    def get_providers(self) -> list[str]:
+        return ["CPUExecutionProvider"]
+
+    def run(
+        self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None
+    ) -> list[np.ndarray]:
+        """Runs the model; ``output_names`` None means every output, in graph order."""
+        names = list(output_names) if output_names else [o.name for o in self._outputs]
+        feeds = {
+            name: _as_input_array(name, value, self._input_dtypes.get(name)) for name, value in input_feed.items()
+        }
+        results = self._session.run(names, feeds)
+        bfloat16 = _bfloat16_dtype()
+        return [
+            r.view(bfloat16) if bfloat16 is not None and self._output_dtypes.get(n) == _BFLOAT16 else r
+            for n, r in zip(names, results)
+        ]
+
+
+def supported_ops() -> list[tuple[str, str, int, int]]:
+    """(domain, op_type, since_version, until_version) of every registered kernel."""
+    return [tuple(op) for op in _C.supported_ops()]

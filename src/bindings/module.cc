@@ -1,0 +1,115 @@
+// The Python extension onnxtrain._C. Thin: the Python package shapes the public API.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
+#include <onnxtrain/inference_session.h>
+
+#include "bindings/tensor_conversion.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace onnxtrain::bindings {
+namespace {
+
+nb::dict metadata_dict(const ValueMetadata& m) {
+  nb::dict d;
+  d["name"] = m.name;
+  d["dtype"] = static_cast<int>(m.dtype);
+  if (m.has_shape) {
+    nb::list shape;
+    for (size_t i = 0; i < m.shape.size(); ++i) {
+      if (m.shape[i] >= 0) shape.append(m.shape[i]);
+      else if (!m.dim_names[i].empty()) shape.append(m.dim_names[i]);
+      else shape.append(nb::none());
+    }
+    d["shape"] = shape;
+  } else {
+    d["shape"] = nb::none();
+  }
+  return d;
+}
+
+nb::list metadata_list(const std::vector<ValueMetadata>& values) {
+  nb::list list;
+  for (const auto& m : values) list.append(metadata_dict(m));
+  return list;
+}
+
+std::unique_ptr<InferenceSession> make_session(nb::object model, int threads) {
+  SessionOptions options;
+  options.intra_op_num_threads = threads;
+  if (nb::isinstance<nb::bytes>(model)) {
+    auto bytes = nb::cast<nb::bytes>(model);
+    std::span<const std::byte> span(static_cast<const std::byte*>(bytes.data()), bytes.size());
+    nb::gil_scoped_release release;
+    return std::make_unique<InferenceSession>(span, options);
+  }
+  const auto path = nb::cast<std::filesystem::path>(model);
+  nb::gil_scoped_release release;
+  return std::make_unique<InferenceSession>(path, options);
+}
+
+nb::list run_session(InferenceSession& session, const std::vector<std::string>& output_names, nb::dict feeds) {
+  NamedTensors tensors;
+  std::vector<HostArray> arrays;  // keeps the borrowed memory alive through the run
+  for (auto [key, value] : feeds) {
+    const std::string name = nb::cast<std::string>(key);
+    HostArray array;
+    if (!nb::try_cast(value, array)) {
+      throw Error("input '" + name + "': expected a C-contiguous CPU array", ErrorKind::kInvalidArgument);
+    }
+    tensors.emplace_back(name, borrow_array(array, "input '" + name + "'"));
+    arrays.push_back(array);
+  }
+  std::vector<Tensor> outputs;
+  {
+    nb::gil_scoped_release release;
+    outputs = session.run(tensors, output_names);
+  }
+  nb::list result;
+  for (Tensor& t : outputs) result.append(to_numpy(std::move(t)));
+  return result;
+}
+
+}  // namespace
+}  // namespace onnxtrain::bindings
+
+using namespace onnxtrain;
+using namespace onnxtrain::bindings;
+
+NB_MODULE(_C, m) {
+  m.doc() = "onnxtrain's C++ core";
+
+  static nb::object value_error = nb::module_::import_("builtins").attr("ValueError");
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kInvalidArgument) PyErr_SetString(value_error.ptr(), e.what());
+      else PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+
+  nb::class_<InferenceSession>(m, "InferenceSession")
+      .def("__init__",
+           [](InferenceSession* self, nb::object model, int threads) {
+             new (self) InferenceSession(std::move(*make_session(std::move(model), threads)));
+           },
+           "model"_a, "intra_op_num_threads"_a = 0)
+      .def("run", &run_session, "output_names"_a, "feeds"_a)
+      .def("inputs", [](const InferenceSession& s) { return metadata_list(s.inputs()); })
+      .def("outputs", [](const InferenceSession& s) { return metadata_list(s.outputs()); });
+
+  m.def("supported_ops", [] {
+    nb::list ops;
+    for (const OpSupport& op : supported_ops()) {
+      ops.append(nb::make_tuple(op.domain, op.op_type, op.since_version, op.until_version));
+    }
+    return ops;
+  });
+}
+

@@ -1,0 +1,78 @@
+#include "bindings/tensor_conversion.h"
+
+namespace nb = nanobind;
+
+namespace onnxtrain::bindings {
+namespace {
+
+DType dtype_from_dlpack(nb::dlpack::dtype t) {
+  using Code = nb::dlpack::dtype_code;
+  const auto code = static_cast<Code>(t.code);
+  if (t.lanes != 1) return DType::kUndefined;
+  switch (code) {
+    case Code::Float:
+      return t.bits == 32 ? DType::kFloat32 : t.bits == 64 ? DType::kFloat64 : t.bits == 16 ? DType::kFloat16 : DType::kUndefined;
+    case Code::Bfloat: return t.bits == 16 ? DType::kBFloat16 : DType::kUndefined;
+    case Code::Int:
+      return t.bits == 8 ? DType::kInt8 : t.bits == 16 ? DType::kInt16 : t.bits == 32 ? DType::kInt32
+             : t.bits == 64 ? DType::kInt64 : DType::kUndefined;
+    case Code::UInt:
+      return t.bits == 8 ? DType::kUInt8 : t.bits == 16 ? DType::kUInt16 : t.bits == 32 ? DType::kUInt32
+             : t.bits == 64 ? DType::kUInt64 : DType::kUndefined;
+    case Code::Bool: return t.bits == 8 ? DType::kBool : DType::kUndefined;
+    default: return DType::kUndefined;
+  }
+}
+
+nb::dlpack::dtype dlpack_from_dtype(DType dtype) {
+  using Code = nb::dlpack::dtype_code;
+  auto make = [](Code code, int bits) {
+    nb::dlpack::dtype t;
+    t.code = static_cast<uint8_t>(code);
+    t.bits = static_cast<uint8_t>(bits);
+    t.lanes = 1;
+    return t;
+  };
+  switch (dtype) {
+    case DType::kFloat32: return make(Code::Float, 32);
+    case DType::kFloat64: return make(Code::Float, 64);
+    case DType::kFloat16: return make(Code::Float, 16);
+    case DType::kBFloat16: return make(Code::UInt, 16);  // numpy has no bfloat16
+    case DType::kInt8: return make(Code::Int, 8);
+    case DType::kInt16: return make(Code::Int, 16);
+    case DType::kInt32: return make(Code::Int, 32);
+    case DType::kInt64: return make(Code::Int, 64);
+    case DType::kUInt8: return make(Code::UInt, 8);
+    case DType::kUInt16: return make(Code::UInt, 16);
+    case DType::kUInt32: return make(Code::UInt, 32);
+    case DType::kUInt64: return make(Code::UInt, 64);
+    case DType::kBool: return make(Code::Bool, 8);
+    default: throw Error("cannot hand a " + std::string(dtype_name(dtype)) + " tensor to Python");
+  }
+}
+
+}  // namespace
+
+Tensor borrow_array(const HostArray& array, const std::string& what) {
+  const DType dtype = dtype_from_dlpack(array.dtype());
+  if (dtype == DType::kUndefined) {
+    throw Error(what + ": unsupported array element type (code " + std::to_string(array.dtype().code) + ", " +
+                    std::to_string(array.dtype().bits) + " bits)",
+                ErrorKind::kInvalidArgument);
+  }
+  Shape shape(array.ndim());
+  for (size_t i = 0; i < array.ndim(); ++i) shape[i] = static_cast<int64_t>(array.shape(i));
+  const size_t bytes = static_cast<size_t>(shape_size(shape)) * dtype_size(dtype);
+  return Tensor(dtype, std::move(shape), Storage::borrow(const_cast<void*>(array.data()), bytes, nullptr));
+}
+
+nb::object to_numpy(Tensor tensor) {
+  auto* owned = new Tensor(std::move(tensor));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  std::vector<size_t> shape(owned->shape().begin(), owned->shape().end());
+  nb::ndarray<nb::numpy> array(owned->raw_data(), shape.size(), shape.data(), owner, nullptr,
+                               dlpack_from_dtype(owned->dtype()));
+  return nb::cast(array, nb::rv_policy::reference);
+}
+
+}  // namespace onnxtrain::bindings

@@ -1,0 +1,73 @@
+#include "core/file.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <onnxtrain/error.h>
+#include <random>
+
+namespace onnxtrain {
+namespace fs = std::filesystem;
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw Error("cannot open '" + path.string() + "': " + std::strerror(errno), ErrorKind::kIO);
+  }
+  std::string bytes;
+  in.seekg(0, std::ios::end);
+  bytes.resize(static_cast<size_t>(in.tellg()));
+  in.seekg(0);
+  in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!in) throw Error("cannot read '" + path.string() + "'", ErrorKind::kIO);
+  return bytes;
+}
+
+AtomicFile::AtomicFile(fs::path path) : path_(std::move(path)) {
+  std::random_device random;
+  temporary_ = path_;
+  temporary_ += ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(random());
+}
+
+AtomicFile::~AtomicFile() {
+  if (!committed_) {
+    std::error_code ignored;
+    fs::remove(temporary_, ignored);
+  }
+}
+
+void AtomicFile::commit() {
+  const int fd = ::open(temporary_.c_str(), O_RDONLY);
+  if (fd < 0 || ::fsync(fd) != 0) {
+    if (fd >= 0) ::close(fd);
+    throw Error("cannot flush '" + temporary_.string() + "': " + std::strerror(errno), ErrorKind::kIO);
+  }
+  ::close(fd);
+  std::error_code error;
+  fs::rename(temporary_, path_, error);
+  if (error) throw Error("cannot write '" + path_.string() + "': " + error.message(), ErrorKind::kIO);
+  committed_ = true;
+  // Make the rename itself durable.
+  const fs::path folder = path_.has_parent_path() ? path_.parent_path() : fs::path(".");
+  const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+}
+
+void write_file_atomically(const fs::path& path, std::string_view bytes) {
+  AtomicFile file(path);
+  {
+    std::ofstream out(file.temporary_path(), std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    if (!out) throw Error("cannot write '" + path.string() + "': " + std::strerror(errno), ErrorKind::kIO);
+  }
+  file.commit();
+}
+
+}  // namespace onnxtrain

@@ -1,0 +1,30 @@
+// Intra-op parallelism on OpenMP (the runtime oneDNN uses too).
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace onnxtrain {
+
+// Calls f(begin, end) over [0, n) in chunks of at least `grain` items, in parallel when
+// there is more than one chunk.
+template <typename F>
+void parallel_for(int64_t n, int64_t grain, F&& f) {
+  if (n <= 0) return;
+  const int64_t threads = omp_get_max_threads();
+  const int64_t chunks = std::min<int64_t>(threads, (n + grain - 1) / std::max<int64_t>(grain, 1));
+  if (chunks <= 1 || omp_in_parallel()) {
+    f(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = n * c / chunks;
+    const int64_t end = n * (c + 1) / chunks;
+    f(begin, end);
+  }
+}
+
+}  // namespace onnxtrain

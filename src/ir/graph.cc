@@ -1,0 +1,95 @@
+#include "ir/graph.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+namespace onnxtrain::ir {
+
+const Attribute* Node::attribute(std::string_view attribute_name) const {
+  for (const Attribute& a : attributes) {
+    if (a.name == attribute_name) return &a;
+  }
+  return nullptr;
+}
+
+std::string Node::describe() const {
+  std::string text = domain.empty() ? op_type : domain + "::" + op_type;
+  return text + (name.empty() ? " (unnamed node, first output '" + (outputs.empty() ? "" : outputs[0]) + "')"
+                              : " '" + name + "'");
+}
+
+const Tensor* Graph::initializer(std::string_view value_name) const {
+  for (const auto& [name, tensor] : initializers) {
+    if (name == value_name) return &tensor;
+  }
+  return nullptr;
+}
+
+std::optional<int64_t> Model::opset(std::string_view op_domain) const {
+  for (const OpsetImport& o : opset_imports) {
+    if (canonical_domain(o.domain) == canonical_domain(op_domain)) return o.version;
+  }
+  return std::nullopt;
+}
+
+const Function* Model::function(std::string_view function_domain, std::string_view function_name) const {
+  for (const Function& f : functions) {
+    if (f.domain == function_domain && f.name == function_name) return &f;
+  }
+  return nullptr;
+}
+
+std::vector<size_t> topological_order(const Graph& graph) {
+  std::unordered_set<std::string_view> available;
+  for (const ValueInfo& v : graph.inputs) available.insert(v.name);
+  for (const auto& [name, tensor] : graph.initializers) available.insert(name);
+
+  std::unordered_map<std::string_view, size_t> producer;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    for (const std::string& out : graph.nodes[i].outputs) {
+      if (!out.empty()) producer.emplace(out, i);
+    }
+  }
+  // Count, per node, the inputs that a node of this graph still has to produce.
+  std::vector<size_t> pending(graph.nodes.size(), 0);
+  std::unordered_map<std::string_view, std::vector<size_t>> waiting;
+  std::vector<size_t> ready;
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    for (const std::string& in : graph.nodes[i].inputs) {
+      if (in.empty() || available.contains(in)) continue;
+      if (!producer.contains(in)) {
+        throw Error(graph.nodes[i].describe() + " reads '" + in +
+                        "', which is neither a graph input, an initializer nor a node output",
+                    ErrorKind::kInvalidModel);
+      }
+      ++pending[i];
+      waiting[in].push_back(i);
+    }
+    if (pending[i] == 0) ready.push_back(i);
+  }
+  std::vector<size_t> order;
+  order.reserve(graph.nodes.size());
+  // Keep file order where possible: it is usually already topological.
+  for (size_t head = 0; head < ready.size(); ++head) {
+    const size_t i = ready[head];
+    order.push_back(i);
+    for (const std::string& out : graph.nodes[i].outputs) {
+      auto it = waiting.find(out);
+      if (it == waiting.end()) continue;
+      for (size_t consumer : it->second) {
+        if (--pending[consumer] == 0) ready.push_back(consumer);
+      }
+      waiting.erase(it);
+    }
+  }
+  if (order.size() != graph.nodes.size()) {
+    for (size_t i = 0; i < graph.nodes.size(); ++i) {
+      if (pending[i] != 0) {
+        throw Error("the graph has a cycle through " + graph.nodes[i].describe(), ErrorKind::kInvalidModel);
+      }
+    }
+  }
+  return order;
+}
+
+}  // namespace onnxtrain::ir

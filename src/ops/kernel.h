@@ -1,0 +1,124 @@
+// What a kernel sees: KernelInfo when it is created for a node (attributes, constant
+// inputs), KernelContext each time it runs (input tensors, output allocation).
+#pragma once
+
+#include <onnxtrain/tensor.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace onnxtrain {
+
+// Built once per node. Reads and validates attributes; errors name the node.
+class KernelInfo {
+ public:
+  using ConstantLookup = std::function<const Tensor*(std::string_view)>;
+
+  KernelInfo(const ir::Node& node, int64_t opset, ConstantLookup constants)
+      : node_(node), opset_(opset), constants_(std::move(constants)) {}
+
+  const ir::Node& node() const { return node_; }
+  int64_t opset() const { return opset_; }
+  size_t input_count() const { return node_.inputs.size(); }
+  bool has_input(size_t i) const { return i < node_.inputs.size() && !node_.inputs[i].empty(); }
+  size_t output_count() const { return node_.outputs.size(); }
+  bool has_output(size_t i) const { return i < node_.outputs.size() && !node_.outputs[i].empty(); }
+  // The value of input i when it is a constant (an initializer that no feed can override).
+  const Tensor* constant_input(size_t i) const;
+
+  bool has_attribute(std::string_view name) const { return node_.attribute(name) != nullptr; }
+  int64_t int_attribute(std::string_view name, std::optional<int64_t> fallback = std::nullopt) const;
+  float float_attribute(std::string_view name, std::optional<float> fallback = std::nullopt) const;
+  std::string string_attribute(std::string_view name, std::optional<std::string> fallback = std::nullopt) const;
+  std::vector<int64_t> ints_attribute(std::string_view name,
+                                      std::optional<std::vector<int64_t>> fallback = std::nullopt) const;
+  std::vector<float> floats_attribute(std::string_view name,
+                                      std::optional<std::vector<float>> fallback = std::nullopt) const;
+  const Tensor* tensor_attribute(std::string_view name) const;
+
+  // Throws an Error (kInvalidModel) that names the node.
+  [[noreturn]] void fail(const std::string& message) const;
+
+ private:
+  const ir::Attribute& typed_attribute(std::string_view name, ir::AttributeType type) const;
+
+  const ir::Node& node_;
+  int64_t opset_;
+  ConstantLookup constants_;
+};
+
+// Implemented by the runtime: where output and scratch buffers come from.
+class BufferSource {
+ public:
+  virtual ~BufferSource() = default;
+  virtual Tensor allocate_output(size_t output_index, DType dtype, Shape shape) = 0;
+  // Output `output_index` in the buffer of input `input_index` when that input dies here
+  // and its buffer is large enough; otherwise a fresh buffer.
+  virtual Tensor allocate_output_in_place(size_t output_index, size_t input_index, DType dtype,
+                                          Shape shape) = 0;
+  virtual Tensor allocate_scratch(DType dtype, Shape shape) = 0;
+};
+
+// One run of one kernel.
+class KernelContext {
+ public:
+  KernelContext(const ir::Node& node, std::span<const Tensor* const> inputs, std::span<Tensor> outputs,
+                BufferSource& buffers, int num_threads)
+      : node_(node), inputs_(inputs), outputs_(outputs), buffers_(buffers), num_threads_(num_threads) {}
+
+  const ir::Node& node() const { return node_; }
+  size_t input_count() const { return inputs_.size(); }
+  bool has_input(size_t i) const { return i < inputs_.size() && inputs_[i] != nullptr; }
+  // Input i; throws an Error naming the node when a required input is missing.
+  const Tensor& input(size_t i) const;
+  size_t output_count() const { return outputs_.size(); }
+  // False for an optional output the graph does not use.
+  bool has_output(size_t i) const { return i < node_.outputs.size() && !node_.outputs[i].empty(); }
+
+  Tensor& allocate_output(size_t i, DType dtype, Shape shape);
+  // For kernels that may write output i over input j element by element.
+  Tensor& allocate_output_in_place(size_t i, size_t j, DType dtype, Shape shape);
+  // Output i is `tensor` itself (a view of an input, e.g. Reshape, or a tensor the kernel made).
+  void set_output(size_t i, Tensor tensor);
+  Tensor allocate_scratch(DType dtype, Shape shape) { return buffers_.allocate_scratch(dtype, std::move(shape)); }
+
+  int num_threads() const { return num_threads_; }
+  // Throws an Error (kInvalidArgument) that names the node.
+  [[noreturn]] void fail(const std::string& message) const;
+
+ private:
+  const ir::Node& node_;
+  std::span<const Tensor* const> inputs_;
+  std::span<Tensor> outputs_;
+  BufferSource& buffers_;
+  int num_threads_;
+};
+
+class OpKernel {
+ public:
+  virtual ~OpKernel() = default;
+  virtual void compute(KernelContext& context) = 0;
+};
+
+// A kernel whose compute step is a function object (attributes captured at creation).
+class LambdaKernel final : public OpKernel {
+ public:
+  explicit LambdaKernel(std::function<void(KernelContext&)> compute) : compute_(std::move(compute)) {}
+  void compute(KernelContext& context) override { compute_(context); }
+
+ private:
+  std::function<void(KernelContext&)> compute_;
+};
+
+inline std::unique_ptr<OpKernel> make_kernel(std::function<void(KernelContext&)> compute) {
+  return std::make_unique<LambdaKernel>(std::move(compute));
+}
+
+}  // namespace onnxtrain

@@ -1,0 +1,55 @@
+// Every kernel, registered once next to its code by (domain, op type, opset range):
+//
+//   const KernelRegistration kRelu{"", "Relu", 6, kLatestOpset, [](const KernelInfo& info) {
+//     return make_kernel([](KernelContext& ctx) { ... });
+//   }};
+#pragma once
+
+#include <climits>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ops/kernel.h"
+
+namespace onnxtrain {
+
+inline constexpr int kLatestOpset = INT_MAX;
+
+using KernelFactory = std::function<std::unique_ptr<OpKernel>(const KernelInfo&)>;
+
+struct KernelDef {
+  std::string domain;  // "" is the default ONNX domain
+  std::string op_type;
+  int since_version = 1;
+  int until_version = kLatestOpset;  // inclusive
+  KernelFactory create;
+};
+
+class KernelRegistry {
+ public:
+  static KernelRegistry& global();
+
+  void add(KernelDef def);
+  // The kernel for `op_type` of `domain` at the model's `opset`, or nullptr.
+  const KernelDef* find(std::string_view domain, std::string_view op_type, int64_t opset) const;
+  // True when some opset of this op has a kernel.
+  bool knows(std::string_view domain, std::string_view op_type) const;
+  const std::vector<KernelDef>& all() const { return defs_; }
+
+ private:
+  std::vector<KernelDef> defs_;
+};
+
+// Registers a kernel while the library loads.
+struct KernelRegistration {
+  KernelRegistration(std::string domain, std::string op_type, int since_version, int until_version,
+                     KernelFactory create) {
+    KernelRegistry::global().add(
+        {std::move(domain), std::move(op_type), since_version, until_version, std::move(create)});
+  }
+};
+
+}  // namespace onnxtrain

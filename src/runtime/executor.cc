@@ -1,0 +1,384 @@
+#include "runtime/executor.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <new>
+#include <set>
+
+#include "ops/kernel_registry.h"
+#include "passes/inline_functions.h"
+
+namespace onnxtrain::runtime {
+namespace {
+
+ValueMetadata metadata_of(const ir::ValueInfo& info) {
+  ValueMetadata m;
+  m.name = info.name;
+  m.dtype = info.dtype;
+  m.has_shape = info.shape.has_value();
+  if (info.shape) {
+    for (const ir::Dim& d : *info.shape) {
+      m.shape.push_back(d.value.value_or(-1));
+      m.dim_names.push_back(d.param);
+    }
+  }
+  return m;
+}
+
+std::string describe_type(const ir::ValueInfo& info) {
+  std::string text(dtype_name(info.dtype));
+  if (!info.shape) return text;
+  text += "[";
+  for (size_t i = 0; i < info.shape->size(); ++i) {
+    const ir::Dim& d = (*info.shape)[i];
+    text += (i ? ", " : "") + (d.value ? std::to_string(*d.value) : d.param.empty() ? "?" : d.param);
+  }
+  return text + "]";
+}
+
+std::string describe_tensor(const Tensor& t) { return std::string(dtype_name(t.dtype())) + shape_string(t.shape()); }
+
+int64_t node_opset(const ir::Model& model, const ir::Node& node) {
+  return node.opset ? node.opset : model.opset(node.domain).value_or(0);
+}
+
+}  // namespace
+
+// The values of one run, and the BufferSource its kernels allocate from.
+class Executor::Frame final : public BufferSource {
+ public:
+  Frame(const Executor& executor, BufferArena& arena) : executor_(executor), arena_(arena) {
+    values_.resize(executor.value_names_.size());
+  }
+
+  std::vector<Tensor>& values() { return values_; }
+  void enter(const Step& step, size_t index) {
+    step_ = &step;
+    arena_.set_step(index);
+  }
+
+  Tensor allocate_output(size_t output_index, DType dtype, Shape shape) override {
+    const int value = step_->outputs.at(output_index);
+    if (value >= 0 && executor_.is_graph_output_[static_cast<size_t>(value)]) {
+      return Tensor::empty(dtype, std::move(shape));  // handed to the caller: not from the arena
+    }
+    return allocate_scratch(dtype, std::move(shape));
+  }
+
+  Tensor allocate_output_in_place(size_t output_index, size_t input_index, DType dtype, Shape shape) override {
+    const int out = step_->outputs.at(output_index);
+    const int in = input_index < step_->inputs.size() ? step_->inputs[input_index] : -1;
+    if (in >= 0 && out >= 0 && !executor_.is_graph_output_[static_cast<size_t>(out)] && dies_here(in)) {
+      const Tensor& source = values_[static_cast<size_t>(in)];
+      const size_t bytes = static_cast<size_t>(shape_size(shape)) * dtype_size(dtype);
+      const auto& storage = source.storage();
+      if (storage && storage->origin() == StorageOrigin::kArena && storage.use_count() == 1 &&
+          source.byte_offset() + bytes <= storage->bytes()) {
+        return Tensor(dtype, std::move(shape), storage, source.byte_offset());
+      }
+    }
+    return allocate_output(output_index, dtype, std::move(shape));
+  }
+
+  Tensor allocate_scratch(DType dtype, Shape shape) override {
+    const size_t bytes = static_cast<size_t>(shape_size(shape)) * dtype_size(dtype);
+    return Tensor(dtype, std::move(shape), arena_.allocate(bytes));
+  }
+
+  void set_release_list(const std::vector<int>* release) { release_ = release; }
+
+ private:
+  bool dies_here(int value) const {
+    return release_ && std::find(release_->begin(), release_->end(), value) != release_->end();
+  }
+
+  const Executor& executor_;
+  BufferArena& arena_;
+  std::vector<Tensor> values_;
+  const Step* step_ = nullptr;
+  const std::vector<int>* release_ = nullptr;
+};
+
+Executor::Executor(ir::Model model, SessionOptions options) : model_(std::move(model)), options_(options) {
+  const auto& registry = KernelRegistry::global();
+  passes::inline_functions(model_, [&](const ir::Node& node, int64_t opset) {
+    return registry.find(node.domain, node.op_type, opset) != nullptr;
+  });
+  passes::constants_to_initializers(model_);
+
+  const ir::Graph& graph = model_.graph;
+  auto add_value = [&](const std::string& name) {
+    if (name.empty() || value_ids_.contains(name)) return;
+    value_ids_.emplace(name, static_cast<int>(value_names_.size()));
+    value_names_.push_back(name);
+  };
+  for (const auto& v : graph.inputs) add_value(v.name);
+  for (const auto& [name, tensor] : graph.initializers) add_value(name);
+  for (const auto& node : graph.nodes) {
+    for (const auto& out : node.outputs) add_value(out);
+  }
+  constants_.resize(value_names_.size());
+  for (const auto& [name, tensor] : graph.initializers) constants_[static_cast<size_t>(value_id(name))] = tensor;
+
+  std::set<std::string> initializer_names;
+  for (const auto& [name, tensor] : graph.initializers) initializer_names.insert(name);
+  for (const auto& v : graph.inputs) {
+    const bool has_default = initializer_names.contains(v.name);
+    graph_inputs_.push_back({value_id(v.name), &v, !has_default});
+    if (!has_default) input_metadata_.push_back(metadata_of(v));
+    if (!v.opaque_type_proto.empty()) {
+      throw Error("graph input '" + v.name + "' is not a tensor; onnxtrain runs tensor inputs only",
+                  ErrorKind::kNotImplemented);
+    }
+  }
+  is_graph_output_.assign(value_names_.size(), false);
+  for (const auto& v : graph.outputs) {
+    if (!value_ids_.contains(v.name)) {
+      throw Error("graph output '" + v.name + "' is produced by no node", ErrorKind::kInvalidModel);
+    }
+    is_graph_output_[static_cast<size_t>(value_id(v.name))] = true;
+    output_metadata_.push_back(metadata_of(v));
+  }
+  create_steps();
+}
+
+int Executor::value_id(const std::string& name) const {
+  auto it = value_ids_.find(name);
+  return it == value_ids_.end() ? -1 : it->second;
+}
+
+void Executor::create_steps() {
+  const auto& registry = KernelRegistry::global();
+  const ir::Graph& graph = model_.graph;
+  std::set<std::string> overridable;
+  for (const auto& v : graph.inputs) overridable.insert(v.name);
+  auto constant = [&](std::string_view name) -> const Tensor* {
+    if (overridable.contains(std::string(name))) return nullptr;
+    return graph.initializer(name);
+  };
+
+  std::vector<std::string> missing;
+  for (size_t index : ir::topological_order(graph)) {
+    const ir::Node& node = graph.nodes[index];
+    const int64_t opset = node_opset(model_, node);
+    const KernelDef* def = registry.find(node.domain, node.op_type, opset);
+    if (def == nullptr) {
+      const std::string op = (node.domain.empty() ? "" : node.domain + "::") + node.op_type;
+      const std::string entry = op + " (opset " + std::to_string(opset) + ", " + node.describe() + ")";
+      if (missing.size() < 20) missing.push_back(entry);
+      continue;
+    }
+    Step step;
+    step.node = &node;
+    for (const auto& in : node.inputs) step.inputs.push_back(in.empty() ? -1 : value_id(in));
+    for (const auto& out : node.outputs) step.outputs.push_back(out.empty() ? -1 : value_id(out));
+    step.kernel = def->create(KernelInfo(node, opset, constant));
+    steps_.push_back(std::move(step));
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (const auto& m : missing) list += "\n  " + m;
+    throw Error("onnxtrain has no kernel for these ops:" + list, ErrorKind::kNotImplemented);
+  }
+}
+
+const Executor::Program& Executor::program_for(const std::vector<std::string>& output_names) {
+  std::string key;
+  for (const auto& name : output_names) key += name + '\0';
+  if (auto it = programs_.find(key); it != programs_.end()) return it->second;
+
+  Program program;
+  std::vector<bool> needed(value_names_.size(), false);
+  for (const auto& name : output_names) {
+    const int id = value_id(name);
+    if (id < 0 || !is_graph_output_[static_cast<size_t>(id)]) {
+      std::string known;
+      for (const auto& m : output_metadata_) known += (known.empty() ? "" : ", ") + m.name;
+      throw Error("'" + name + "' is not an output of the model (outputs: " + known + ")",
+                  ErrorKind::kInvalidArgument);
+    }
+    needed[static_cast<size_t>(id)] = true;
+    program.outputs.push_back(id);
+  }
+  // Walk back from the outputs: a step runs when one of its outputs is needed.
+  for (size_t s = steps_.size(); s-- > 0;) {
+    const Step& step = steps_[s];
+    const bool runs = std::any_of(step.outputs.begin(), step.outputs.end(),
+                                  [&](int v) { return v >= 0 && needed[static_cast<size_t>(v)]; });
+    if (!runs) continue;
+    program.steps.push_back(s);
+    for (int v : step.inputs) {
+      if (v >= 0) needed[static_cast<size_t>(v)] = true;
+    }
+  }
+  std::reverse(program.steps.begin(), program.steps.end());
+
+  // A value dies after the last step that reads it; outputs and constants never do.
+  std::vector<int> last_use(value_names_.size(), -1);
+  for (size_t i = 0; i < program.steps.size(); ++i) {
+    const Step& step = steps_[program.steps[i]];
+    for (int v : step.inputs) {
+      if (v >= 0) last_use[static_cast<size_t>(v)] = static_cast<int>(i);
+    }
+    for (int v : step.outputs) {  // an output nobody reads dies at once
+      if (v >= 0 && last_use[static_cast<size_t>(v)] < static_cast<int>(i)) last_use[static_cast<size_t>(v)] = static_cast<int>(i);
+    }
+  }
+  program.release_after.resize(program.steps.size());
+  for (size_t v = 0; v < value_names_.size(); ++v) {
+    if (last_use[v] < 0 || is_graph_output_[v] || constants_[v].defined()) continue;
+    program.release_after[static_cast<size_t>(last_use[v])].push_back(static_cast<int>(v));
+  }
+  return programs_.emplace(key, std::move(program)).first->second;
+}
+
+void Executor::check_feed(const GraphInput& input, const Tensor& tensor, std::map<std::string, int64_t>& dims) const {
+  const ir::ValueInfo& info = *input.info;
+  if (info.dtype != DType::kUndefined && tensor.dtype() != info.dtype) {
+    throw Error("input '" + info.name + "': got " + describe_tensor(tensor) + ", expected " + describe_type(info),
+                ErrorKind::kInvalidArgument);
+  }
+  if (!info.shape) return;
+  if (info.shape->size() != tensor.rank()) {
+    throw Error("input '" + info.name + "': got " + describe_tensor(tensor) + " of rank " +
+                    std::to_string(tensor.rank()) + ", expected rank " + std::to_string(info.shape->size()) + " (" +
+                    describe_type(info) + ")",
+                ErrorKind::kInvalidArgument);
+  }
+  for (size_t i = 0; i < tensor.rank(); ++i) {
+    const ir::Dim& d = (*info.shape)[i];
+    const int64_t actual = tensor.shape()[i];
+    if (d.value && *d.value != actual) {
+      throw Error("input '" + info.name + "': dimension " + std::to_string(i) + " is " + std::to_string(actual) +
+                      ", expected " + std::to_string(*d.value) + " (" + describe_type(info) + ")",
+                  ErrorKind::kInvalidArgument);
+    }
+    if (d.param.empty()) continue;
+    auto [it, fresh] = dims.emplace(d.param, actual);
+    if (!fresh && it->second != actual) {
+      throw Error("input '" + info.name + "': dimension " + std::to_string(i) + " ('" + d.param + "') is " +
+                      std::to_string(actual) + ", but another input gave '" + d.param + "' = " +
+                      std::to_string(it->second),
+                  ErrorKind::kInvalidArgument);
+    }
+  }
+}
+
+std::vector<const Tensor*> Executor::bind_feeds(const NamedTensors& feeds) const {
+  std::vector<const Tensor*> bound(value_names_.size(), nullptr);
+  for (const auto& [name, tensor] : feeds) {
+    auto input = std::find_if(graph_inputs_.begin(), graph_inputs_.end(),
+                              [&](const GraphInput& g) { return g.info->name == name; });
+    if (input == graph_inputs_.end()) {
+      std::string known;
+      for (const auto& m : input_metadata_) known += (known.empty() ? "" : ", ") + m.name;
+      throw Error("'" + name + "' is not an input of the model (inputs: " + known + ")", ErrorKind::kInvalidArgument);
+    }
+    if (bound[static_cast<size_t>(input->value)]) {
+      throw Error("input '" + name + "' is fed twice", ErrorKind::kInvalidArgument);
+    }
+    bound[static_cast<size_t>(input->value)] = &tensor;
+  }
+  std::map<std::string, int64_t> dims;
+  for (const GraphInput& input : graph_inputs_) {
+    const Tensor* tensor = bound[static_cast<size_t>(input.value)];
+    if (tensor == nullptr) {
+      if (input.required) {
+        throw Error("input '" + input.info->name + "' (" + describe_type(*input.info) + ") is missing",
+                    ErrorKind::kInvalidArgument);
+      }
+      continue;
+    }
+    check_feed(input, *tensor, dims);
+  }
+  return bound;
+}
+
+std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<std::string>& output_names) {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> names = output_names;
+  if (names.empty()) {
+    for (const auto& m : output_metadata_) names.push_back(m.name);
+  }
+  const Program& program = program_for(names);
+  const std::vector<const Tensor*> bound = bind_feeds(feeds);
+
+  std::string signature;
+  for (const auto& name : names) signature += name + ';';
+  for (const Tensor* t : bound) {
+    if (t) signature += std::to_string(static_cast<int>(t->dtype())) + shape_string(t->shape());
+    signature += '|';
+  }
+  if (options_.intra_op_num_threads > 0) omp_set_num_threads(options_.intra_op_num_threads);
+  const int threads = omp_get_max_threads();
+
+  auto planned = plans_.find(signature);
+  BufferArena arena = planned == plans_.end() ? BufferArena() : BufferArena(planned->second.plan, planned->second.arena);
+  std::vector<Tensor> results;
+  {
+    Frame frame(*this, arena);
+    auto& values = frame.values();
+    for (size_t v = 0; v < values.size(); ++v) {
+      if (bound[v]) values[v] = *bound[v];
+      else if (constants_[v].defined()) values[v] = constants_[v];
+    }
+    std::vector<const Tensor*> inputs;
+    std::vector<Tensor> outputs;
+    for (size_t i = 0; i < program.steps.size(); ++i) {
+      const Step& step = steps_[program.steps[i]];
+      inputs.assign(step.inputs.size(), nullptr);
+      for (size_t k = 0; k < step.inputs.size(); ++k) {
+        const int v = step.inputs[k];
+        if (v < 0) continue;
+        if (!values[static_cast<size_t>(v)].defined()) {
+          throw Error(step.node->describe() + ": input '" + value_names_[static_cast<size_t>(v)] +
+                          "' was not computed (an optional output that its producer did not give)",
+                      ErrorKind::kInvalidModel);
+        }
+        inputs[k] = &values[static_cast<size_t>(v)];
+      }
+      outputs.assign(step.outputs.size(), Tensor());
+      frame.enter(step, i);
+      frame.set_release_list(&program.release_after[i]);
+      KernelContext context(*step.node, inputs, outputs, frame, threads);
+      try {
+        step.kernel->compute(context);
+      } catch (const Error& e) {
+        const std::string where = step.node->describe();
+        if (std::string_view(e.what()).starts_with(where)) throw;
+        throw Error(where + ": " + e.what(), e.kind());
+      } catch (const std::bad_alloc&) {
+        throw Error(step.node->describe() + ": out of memory", ErrorKind::kRuntime);
+      } catch (const std::exception& e) {
+        throw Error(step.node->describe() + ": " + e.what(), ErrorKind::kRuntime);
+      }
+      for (size_t k = 0; k < step.outputs.size(); ++k) {
+        const int v = step.outputs[k];
+        if (v < 0) continue;
+        if (!outputs[k].defined()) {
+          throw Error(step.node->describe() + " did not produce its output '" + value_names_[static_cast<size_t>(v)] + "'");
+        }
+        values[static_cast<size_t>(v)] = std::move(outputs[k]);
+      }
+      inputs.clear();
+      for (int v : program.release_after[i]) values[static_cast<size_t>(v)] = Tensor();
+    }
+    for (int id : program.outputs) {
+      const Tensor& t = values[static_cast<size_t>(id)];
+      // Anything not freshly allocated for the caller is copied: arena views, feeds, constants.
+      const bool owned = t.storage() && t.storage()->origin() == StorageOrigin::kHeap && t.storage().use_count() == 1;
+      results.push_back(owned ? t : t.clone());
+    }
+    arena.set_step(program.steps.size());  // what the frame still holds dies at the end
+  }
+  if (arena.recording()) {
+    auto plan = std::make_shared<const MemoryPlan>(arena.requests());
+    plans_[signature] = {plan, Storage::allocate(plan->arena_bytes())};
+  } else if (!arena.plan_held()) {
+    plans_.erase(signature);  // shapes inside the graph changed: record again next run
+  }
+  return results;
+}
+
+}  // namespace onnxtrain::runtime

@@ -1,0 +1,720 @@
+"""Runs ONNX's backend node tests through onnxtrain's Python API.
+
+The node tests ship inside the `onnx` package: one folder per test under
+`onnx/backend/test/data/node/`, each with a `model.onnx` and `test_data_set_*/`
+holding `input_<i>.pb` / `output_<i>.pb` TensorProtos. For every test this module
+
+1. decides whether it applies to the backend: every node (also inside subgraphs, and
+   inside model-local functions the runtime would inline) needs a registered kernel
+   for the model's opset, every element type must be supported, and inputs/outputs
+   must be tensors; otherwise the test is *skipped* with the reason;
+2. runs it: `InferenceSession(model path)`, `run(None, feeds)`;
+3. compares like ONNX's own backend runner: same count, dtype and shape; floats within
+   rtol/atol (NaN equals NaN); integers and booleans exactly.
+
+Both `test_onnx_backend.py` and `tools/backend_report.py` use `BackendTestRunner`,
+which runs each test once and remembers the outcome. With `isolate=True` tests run in
+worker processes, so a crash or a hang fails one test instead of the whole run.
+
+For developing this harness without onnxtrain, set
+`ONNXTRAIN_BACKEND_STANDIN=onnxruntime`: onnxruntime then stands in for onnxtrain,
+its CPU kernel registry playing supported_ops() (or, with
+`onnxruntime-all-schemas`, every ONNX schema counted as a kernel).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import json
+import os
+import queue
+import re
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Literal, Protocol
+
+import ml_dtypes
+import numpy as np
+import onnx
+from onnx import numpy_helper
+from onnx.backend.test.loader import DATA_DIR
+
+import backend_expectations as expectations
+
+NODE_DIR = Path(DATA_DIR) / "node"
+STANDIN_ENV = "ONNXTRAIN_BACKEND_STANDIN"
+#: until_version of a kernel whose opset range is open-ended.
+OPEN_VERSION = 2**31 - 1
+#: Names of integer attributes that hold an element type (Cast.to, EyeLike.dtype, ...).
+DTYPE_ATTRIBUTES = frozenset({"to", "dtype", "output_dtype"})
+FLOAT_DTYPES = frozenset(
+    np.dtype(t) for t in (np.float16, np.float32, np.float64, ml_dtypes.bfloat16)
+)
+EXPANDED_SUFFIX = re.compile(r"_expanded(_ver\d+)?$")
+
+Status = Literal["passed", "failed", "skipped"]
+
+
+# --- the backend under test -------------------------------------------------------
+
+
+class Session(Protocol):
+    """The part of onnxtrain.InferenceSession the harness uses."""
+
+    def run(
+        self, output_names: Sequence[str] | None, feeds: Mapping[str, np.ndarray]
+    ) -> Sequence[Any]: ...
+
+
+class Backend(Protocol):
+    """The part of the onnxtrain module the harness uses."""
+
+    def InferenceSession(self, model: str | bytes) -> Session: ...  # noqa: N802
+
+    def supported_ops(self) -> Iterable[tuple[str, str, int, int]]: ...
+
+
+class OnnxRuntimeStandIn:
+    """onnxruntime dressed as onnxtrain's Python API, for developing this harness.
+
+    supported_ops() is onnxruntime's CPU kernel registry, or with all_schemas=True
+    every ONNX schema (so that every test counts as applicable).
+    """
+
+    #: onnx 1.19 writes IR version 12; onnxruntime 1.23 reads up to 11. The node
+    #: tests use nothing of IR 12, so the stand-in relabels them rather than fail.
+    MAX_IR_VERSION = 11
+    #: onnxruntime 1.23 refuses models importing ai.onnx opset 24 or later.
+    MAX_ONNX_OPSET = 23
+
+    def __init__(self, *, all_schemas: bool = False) -> None:
+        import onnxruntime
+
+        onnxruntime.set_default_logger_severity(4)  # errors come back as exceptions
+        self._ort = onnxruntime
+        self._all_schemas = all_schemas
+        registry = "all ONNX schemas" if all_schemas else "its CPU kernels"
+        self.label = f"onnxruntime {onnxruntime.__version__} with {registry} (stand-in for onnxtrain)"
+
+    def InferenceSession(self, model: str | bytes) -> Session:  # noqa: N802
+        options = self._ort.SessionOptions()
+        options.intra_op_num_threads = 1  # node tests are tiny; threads only cost
+        options.log_severity_level = 4
+        proto = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model)
+        proto.ir_version = min(proto.ir_version, self.MAX_IR_VERSION)
+        return self._ort.InferenceSession(
+            proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
+        )
+
+    def supported_ops(self) -> list[tuple[str, str, int, int]]:
+        if self._all_schemas:
+            return schema_op_ranges()
+        return [
+            (domain, op, since, min(until, self.MAX_ONNX_OPSET) if domain == "" else until)
+            for domain, op, since, until in self._kernels_and_inlined_functions()
+        ]
+
+    def _kernels_and_inlined_functions(self) -> list[tuple[str, str, int, int]]:
+        """onnxruntime's CPU kernels, plus what it runs without one: Constant (folded
+        into an initializer) and ops whose ONNX schema is a function (inlined)."""
+        from onnxruntime.capi import _pybind_state
+
+        ops = [
+            (kernel.domain, kernel.op_name, *kernel.version_range)
+            for kernel in _pybind_state.get_all_opkernel_def()
+            if kernel.provider == "CPUExecutionProvider"
+        ]
+        ops.append(("", "Constant", 1, OPEN_VERSION))
+        functions = {
+            (schema.domain, schema.name, schema.since_version)
+            for schema in onnx.defs.get_all_schemas_with_history()
+            if schema.has_function or schema.has_context_dependent_function
+        }
+        ops += [op for op in schema_op_ranges() if op[:3] in functions]
+        return ops
+
+
+def schema_op_ranges() -> list[tuple[str, str, int, int]]:
+    """Every ONNX schema version as (domain, op, since, until), until inclusive."""
+    versions: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for schema in onnx.defs.get_all_schemas_with_history():
+        versions[(schema.domain, schema.name)].append(schema.since_version)
+    ranges = []
+    for (domain, op_type), sinces in versions.items():
+        sinces.sort()
+        untils = [since - 1 for since in sinces[1:]] + [OPEN_VERSION]
+        ranges += [(domain, op_type, s, u) for s, u in zip(sinces, untils)]
+    return ranges
+
+
+def load_backend() -> Backend:
+    """onnxtrain, or the stand-in named by $ONNXTRAIN_BACKEND_STANDIN.
+
+    Raises ImportError when onnxtrain cannot be imported.
+    """
+    standin = os.environ.get(STANDIN_ENV, "")
+    if standin in ("onnxruntime", "onnxruntime-all-schemas"):
+        return OnnxRuntimeStandIn(all_schemas=standin.endswith("all-schemas"))
+    if standin:
+        raise ValueError(
+            f"{STANDIN_ENV}={standin!r}: known stand-ins are 'onnxruntime' and "
+            "'onnxruntime-all-schemas'"
+        )
+    import onnxtrain
+
+    return onnxtrain  # type: ignore[return-value]
+
+
+def backend_label(backend: Backend) -> str:
+    """A one-line name and version of the backend, for reports."""
+    if isinstance(backend, OnnxRuntimeStandIn):
+        return backend.label
+    return f"onnxtrain {getattr(backend, '__version__', '(unknown version)')}"
+
+
+def normalize_domain(domain: str) -> str:
+    """'ai.onnx' and '' both name the default ONNX domain."""
+    return "" if domain == "ai.onnx" else domain
+
+
+class KernelTable:
+    """The (domain, op_type, opset range) entries of a backend's kernel registry."""
+
+    def __init__(self, entries: Iterable[tuple[str, str, int, int]]) -> None:
+        self._ranges: dict[tuple[str, str], list[tuple[int, int]]] = defaultdict(list)
+        for domain, op_type, since, until in entries:
+            self._ranges[(normalize_domain(domain), op_type)].append((since, until))
+
+    def covers(self, domain: str, op_type: str, version: int) -> bool:
+        ranges = self._ranges.get((normalize_domain(domain), op_type), [])
+        return any(since <= version <= until for since, until in ranges)
+
+
+# --- test cases and their applicability -------------------------------------------
+
+
+@dataclass(frozen=True)
+class Applicability:
+    """Why a test does not apply to the backend; no reasons means it applies."""
+
+    reasons: tuple[str, ...] = ()
+    missing_ops: tuple[str, ...] = ()
+
+    @property
+    def applicable(self) -> bool:
+        return not self.reasons
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(self.reasons)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one backend test."""
+
+    name: str
+    status: Status
+    op: str
+    reason: str = ""
+    missing_ops: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    @staticmethod
+    def from_json(text: str) -> Outcome:
+        fields = json.loads(text)
+        fields["missing_ops"] = tuple(fields["missing_ops"])
+        return Outcome(**fields)
+
+
+def all_case_names() -> list[str]:
+    """The names of all node tests, sorted."""
+    return sorted(p.name for p in NODE_DIR.iterdir() if (p / "model.onnx").is_file())
+
+
+@functools.lru_cache(maxsize=None)
+def load_model(name: str) -> onnx.ModelProto:
+    return onnx.load(str(NODE_DIR / name / "model.onnx"))
+
+
+@functools.lru_cache(maxsize=None)
+def primary_op(name: str) -> str:
+    """The op a test is about: its only node, or for an *_expanded test the op of the
+    test it expands (its graph is that op's function body)."""
+    nodes = load_model(name).graph.node
+    if len(nodes) == 1:
+        return op_label(nodes[0].domain, nodes[0].op_type)
+    base = EXPANDED_SUFFIX.sub("", name)
+    if base != name and (NODE_DIR / base / "model.onnx").is_file():
+        return primary_op(base)
+    return "(multi-node)"
+
+
+def op_label(domain: str, op_type: str, version: int | None = None) -> str:
+    """'Abs', 'ai.onnx.ml::LabelEncoder', with '-<opset>' when a version is given."""
+    domain = normalize_domain(domain)
+    label = f"{domain}::{op_type}" if domain else op_type
+    return label if version is None else f"{label}-{version}"
+
+
+def tolerance(name: str) -> tuple[float, float]:
+    """(rtol, atol) for comparing a test's float outputs."""
+    default = (expectations.DEFAULT_RTOL, expectations.DEFAULT_ATOL)
+    return expectations.TOLERANCES.get(name, default)
+
+
+def applicability(name: str, kernels: KernelTable) -> Applicability:
+    """Decides whether a test applies to a backend with these kernels."""
+    model = load_model(name)
+    reasons = []
+    if name in expectations.NOT_COMPARABLE:
+        reasons.append(f"not comparable: {expectations.NOT_COMPARABLE[name]}")
+    non_tensors = non_tensor_values(model.graph)
+    if non_tensors:
+        reasons.append("not a tensor: " + ", ".join(non_tensors))
+    unsupported = sorted(element_type_names(model) - expectations.SUPPORTED_DTYPES)
+    if unsupported:
+        reasons.append("unsupported dtype: " + ", ".join(unsupported))
+    missing = missing_kernels(model, kernels)
+    if missing:
+        reasons.append("no kernel: " + ", ".join(missing))
+    return Applicability(tuple(reasons), tuple(missing))
+
+
+def non_tensor_values(graph: onnx.GraphProto) -> list[str]:
+    """Graph inputs and outputs that are sequences, optionals or maps."""
+    found = []
+    for role, values in (("input", graph.input), ("output", graph.output)):
+        for value in values:
+            kind = value.type.WhichOneof("value")
+            if kind != "tensor_type":
+                found.append(f"{role} '{value.name}' is {str(kind).removesuffix('_type')}")
+    return found
+
+
+def element_type_names(model: onnx.ModelProto) -> set[str]:
+    """TensorProto.DataType names used by the graph's values, constants and
+    dtype-valued attributes (Cast.to, ...), subgraphs and functions included."""
+    codes: set[int] = set()
+    graphs = [model.graph, *subgraphs_of(model.graph.node)]
+    for function in model.functions:
+        graphs += subgraphs_of(function.node)
+        codes |= attribute_element_types(function.node)
+    for graph in graphs:
+        codes |= graph_element_types(graph)
+    codes.discard(onnx.TensorProto.UNDEFINED)
+    return {onnx.TensorProto.DataType.Name(code) for code in codes}
+
+
+def graph_element_types(graph: onnx.GraphProto) -> set[int]:
+    """Element types of one graph's values, initializers and node attributes."""
+    values = [*graph.input, *graph.output, *graph.value_info]
+    codes = {v.type.tensor_type.elem_type for v in values if v.type.HasField("tensor_type")}
+    codes |= {initializer.data_type for initializer in graph.initializer}
+    return codes | attribute_element_types(graph.node)
+
+
+def attribute_element_types(nodes: Iterable[onnx.NodeProto]) -> set[int]:
+    """Element types named by tensor attributes and dtype-valued int attributes."""
+    codes = set()
+    for node in nodes:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.TENSOR:
+                codes.add(attribute.t.data_type)
+            elif attribute.type == onnx.AttributeProto.INT and attribute.name in DTYPE_ATTRIBUTES:
+                codes.add(attribute.i)
+    return codes
+
+
+def subgraphs_of(nodes: Iterable[onnx.NodeProto]) -> list[onnx.GraphProto]:
+    """All graphs held by the nodes' attributes (If, Loop, Scan, ...), recursively."""
+    found = []
+    for node in nodes:
+        for attribute in node.attribute:
+            graphs = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else []
+            graphs += list(attribute.graphs)
+            for graph in graphs:
+                found += [graph, *subgraphs_of(graph.node)]
+    return found
+
+
+def opset_versions(imports: Iterable[onnx.OperatorSetIdProto]) -> dict[str, int]:
+    return {normalize_domain(entry.domain): entry.version for entry in imports}
+
+
+def missing_kernels(model: onnx.ModelProto, kernels: KernelTable) -> list[str]:
+    """Labels ('Op-opset') of the nodes no kernel covers. A call to a model-local
+    function is covered when every node of its body is (onnxtrain inlines it)."""
+    functions = {(f.domain, f.name, f.overload): f for f in model.functions}
+    missing: set[str] = set()
+    _collect_missing(
+        model.graph.node, opset_versions(model.opset_import), functions, kernels, missing, frozenset()
+    )
+    return sorted(missing)
+
+
+FunctionKey = tuple[str, str, str]
+
+
+def _collect_missing(
+    nodes: Iterable[onnx.NodeProto],
+    opsets: Mapping[str, int],
+    functions: Mapping[FunctionKey, onnx.FunctionProto],
+    kernels: KernelTable,
+    missing: set[str],
+    calling: frozenset[FunctionKey],
+) -> None:
+    for node in nodes:
+        for graph in subgraphs_of([node]):
+            _collect_missing(graph.node, opsets, functions, kernels, missing, calling)
+        version = opsets.get(normalize_domain(node.domain), 0)
+        if kernels.covers(node.domain, node.op_type, version):
+            continue
+        key = (node.domain, node.op_type, node.overload)
+        function = functions.get(key)
+        if function is None or key in calling:
+            missing.add(op_label(node.domain, node.op_type, version))
+            continue
+        body_opsets = {**opsets, **opset_versions(function.opset_import)}
+        _collect_missing(function.node, body_opsets, functions, kernels, missing, calling | {key})
+
+
+# --- running and comparing ----------------------------------------------------------
+
+
+def read_tensor(path: Path) -> np.ndarray:
+    tensor = onnx.TensorProto()
+    tensor.ParseFromString(path.read_bytes())
+    return numpy_helper.to_array(tensor)
+
+
+def load_data_sets(name: str) -> list[tuple[str, dict[str, np.ndarray], list[np.ndarray]]]:
+    """(data set name, feeds by input name, expected outputs) for each data set.
+
+    Like ONNX's runner, input_<i>.pb feeds the graph's i-th input."""
+    graph = load_model(name).graph
+    data_sets = []
+    for directory in sorted((NODE_DIR / name).glob("test_data_set_*")):
+        inputs = numbered_tensors(directory, "input")
+        feeds = {graph.input[i].name: tensor for i, tensor in enumerate(inputs)}
+        data_sets.append((directory.name, feeds, numbered_tensors(directory, "output")))
+    return data_sets
+
+
+def numbered_tensors(directory: Path, prefix: str) -> list[np.ndarray]:
+    count = len(list(directory.glob(f"{prefix}_*.pb")))
+    return [read_tensor(directory / f"{prefix}_{i}.pb") for i in range(count)]
+
+
+def describe_error(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}".strip()
+
+
+def execute(name: str, backend: Backend) -> str | None:
+    """Runs an applicable test; returns None when it passes, else what went wrong."""
+    rtol, atol = tolerance(name)
+    output_names = [output.name for output in load_model(name).graph.output]
+    try:
+        session = backend.InferenceSession(str(NODE_DIR / name / "model.onnx"))
+    except Exception as error:  # noqa: BLE001 - any error fails the test
+        return f"load: {describe_error(error)}"
+    for data_set, feeds, expected in load_data_sets(name):
+        try:
+            actual = session.run(None, feeds)
+        except Exception as error:  # noqa: BLE001
+            return f"run ({data_set}): {describe_error(error)}"
+        problem = compare_outputs(expected, actual, output_names, rtol, atol)
+        if problem:
+            return f"mismatch ({data_set}): {problem}"
+    return None
+
+
+def compare_outputs(
+    expected: Sequence[np.ndarray],
+    actual: Sequence[Any],
+    names: Sequence[str],
+    rtol: float,
+    atol: float,
+) -> str | None:
+    """None when the outputs match, else a description of the first difference."""
+    if len(actual) != len(expected):
+        return f"{len(actual)} outputs, expected {len(expected)}"
+    for i, (want, got) in enumerate(zip(expected, actual)):
+        problem = compare_tensor(want, got, rtol, atol)
+        if problem:
+            return f"output {i} '{names[i]}': {problem}"
+    return None
+
+
+def compare_tensor(expected: np.ndarray, actual: Any, rtol: float, atol: float) -> str | None:
+    """Dtype and shape must match; floats within tolerance, others exactly."""
+    if not isinstance(actual, np.ndarray):
+        return f"got a {type(actual).__name__}, expected a numpy array"
+    if actual.dtype != expected.dtype:
+        return f"dtype {actual.dtype}, expected {expected.dtype}"
+    if actual.shape != expected.shape:
+        return f"shape {actual.shape}, expected {expected.shape}"
+    if expected.dtype in FLOAT_DTYPES:
+        return compare_close(expected.astype(np.float64), actual.astype(np.float64), rtol, atol)
+    return describe_differences(expected, actual, actual != expected, "differ")
+
+
+def compare_close(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: float) -> str | None:
+    """Like numpy.testing.assert_allclose(actual, expected): |a - e| <= atol + rtol * |e|,
+    NaN equal to NaN, infinities equal to themselves."""
+    bad = ~np.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+    if not bad.any():
+        return None
+    with np.errstate(invalid="ignore", divide="ignore"):
+        abs_diff = np.abs(actual - expected)[bad]
+        rel_diff = abs_diff / np.abs(expected[bad])
+    limits = f"beyond rtol={rtol:g}, atol={atol:g} (max abs diff {np.nanmax(abs_diff, initial=0):.3g}, max rel diff {np.nanmax(rel_diff, initial=0):.3g})"
+    return describe_differences(expected, actual, bad, limits)
+
+
+def describe_differences(expected: np.ndarray, actual: np.ndarray, bad: np.ndarray, how: str) -> str | None:
+    if not bad.any():
+        return None
+    first = tuple(int(i) for i in np.argwhere(bad)[0])
+    return (
+        f"{int(bad.sum())} of {bad.size} values {how}; first at {first}: "
+        f"got {actual[first]!r}, expected {expected[first]!r}"
+    )
+
+
+def run_case(name: str, backend: Backend, kernels: KernelTable) -> Outcome:
+    """Decides applicability, then runs one test in this process."""
+    fit = applicability(name, kernels)
+    if not fit.applicable:
+        return Outcome(name, "skipped", primary_op(name), fit.reason, fit.missing_ops)
+    start = time.perf_counter()
+    problem = execute(name, backend)
+    seconds = time.perf_counter() - start
+    status: Status = "passed" if problem is None else "failed"
+    return Outcome(name, status, primary_op(name), problem or "", seconds=seconds)
+
+
+# --- crash-proof execution in worker processes --------------------------------------
+
+
+class _WorkerLost(Exception):
+    """The worker died or hung while running a test."""
+
+
+class IsolatedWorker:
+    """A child process running tests one at a time; replaced after a crash or hang.
+
+    Protocol: the parent writes a test name per line to the child's stdin; the child
+    answers with one JSON Outcome per line on the stdout it was started with. The
+    child points its own fd 1 at stderr, so prints from native code cannot interleave.
+    """
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+        self._stderr: IO[bytes] | None = None
+        self._buffer = b""
+
+    def run(self, name: str) -> Outcome:
+        process = self._ensure_started()
+        assert process.stdin is not None and self._stderr is not None
+        stderr_start = self._stderr.seek(0, os.SEEK_END)
+        start = time.perf_counter()
+        try:
+            process.stdin.write(f"{name}\n".encode())
+            process.stdin.flush()
+            return Outcome.from_json(self._read_line(start + self.timeout_s))
+        except (_WorkerLost, BrokenPipeError) as lost:
+            reason = self._post_mortem(lost, stderr_start)
+            return Outcome(name, "failed", primary_op(name), reason, seconds=time.perf_counter() - start)
+
+    def close(self) -> None:
+        if self._process is None:
+            return
+        assert self._process.stdin is not None
+        self._process.stdin.close()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._process = None
+
+    def _ensure_started(self) -> subprocess.Popen[bytes]:
+        if self._process is not None and self._process.poll() is None:
+            return self._process
+        if self._stderr is None:
+            self._stderr = tempfile.TemporaryFile()
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self._buffer = b""
+        self._process = subprocess.Popen(
+            [sys.executable, __file__, "--worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            env=env,
+        )
+        return self._process
+
+    def _read_line(self, deadline: float) -> str:
+        assert self._process is not None and self._process.stdout is not None
+        fd = self._process.stdout.fileno()
+        while b"\n" not in self._buffer:
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                raise _WorkerLost(f"timed out after {self.timeout_s:g} s")
+            ready, _, _ = select.select([fd], [], [], remaining)
+            if ready:
+                chunk = os.read(fd, 1 << 16)
+                if not chunk:
+                    raise _WorkerLost("crashed")
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode()
+
+    def _post_mortem(self, lost: Exception, stderr_start: int) -> str:
+        """Stops the worker and says how it ended, with the end of its stderr."""
+        assert self._process is not None and self._stderr is not None
+        if self._process.poll() is None:
+            self._process.kill()
+        code = self._process.wait()
+        self._process = None
+        how = str(lost) if isinstance(lost, _WorkerLost) else "crashed"
+        if code < 0 and how == "crashed":
+            how = f"crashed ({signal.Signals(-code).name})"
+        elif how == "crashed":
+            how = f"crashed (exit code {code})"
+        self._stderr.seek(stderr_start)
+        tail = self._stderr.read().decode(errors="replace").strip().splitlines()[-5:]
+        return how + (": " + " | ".join(tail) if tail else "")
+
+
+def worker_main() -> int:
+    """The child side of IsolatedWorker."""
+    channel = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    backend = load_backend()
+    kernels = KernelTable(backend.supported_ops())
+    for line in sys.stdin:
+        name = line.strip()
+        try:
+            outcome = run_case(name, backend, kernels)
+        except Exception as error:  # noqa: BLE001 - a harness error fails one test only
+            outcome = Outcome(name, "failed", "(unknown)", f"harness: {describe_error(error)}")
+        channel.write(json.dumps(dataclasses.asdict(outcome)) + "\n")
+    return 0
+
+
+# --- the runner both the tests and the report use -----------------------------------
+
+
+class BackendTestRunner:
+    """Runs each backend test at most once, in this process or in worker processes,
+    and remembers the outcomes.
+
+    isolate: run tests in worker processes, so that a crash or a hang (timeout_s)
+    fails that test only. jobs: how many workers run at once (with isolate only).
+    """
+
+    def __init__(
+        self, backend: Backend, *, isolate: bool = False, jobs: int = 1, timeout_s: float = 120.0
+    ) -> None:
+        self.backend = backend
+        self.kernels = KernelTable(backend.supported_ops())
+        self.isolate = isolate
+        self.jobs = max(1, jobs) if isolate else 1
+        self.timeout_s = timeout_s
+        self._outcomes: dict[str, Outcome] = {}
+        self._applicability: dict[str, Applicability] = {}
+        self._workers: list[IsolatedWorker] = []
+
+    def __enter__(self) -> BackendTestRunner:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for worker in self._workers:
+            worker.close()
+
+    def applicability(self, name: str) -> Applicability:
+        if name not in self._applicability:
+            self._applicability[name] = applicability(name, self.kernels)
+        return self._applicability[name]
+
+    def outcome(self, name: str) -> Outcome:
+        return self.outcomes([name])[0]
+
+    def outcomes(
+        self, names: Sequence[str], progress: Callable[[Outcome], None] | None = None
+    ) -> list[Outcome]:
+        """The outcomes of these tests, running those not run yet."""
+        pending = [name for name in dict.fromkeys(names) if name not in self._outcomes]
+        to_run = []
+        for name in pending:
+            fit = self.applicability(name)
+            if fit.applicable:
+                to_run.append(name)
+            else:
+                self._record(Outcome(name, "skipped", primary_op(name), fit.reason, fit.missing_ops), progress)
+        if self.isolate:
+            self._run_isolated(to_run, progress)
+        else:
+            for name in to_run:
+                self._record(run_case(name, self.backend, self.kernels), progress)
+        return [self._outcomes[name] for name in names]
+
+    def _record(self, outcome: Outcome, progress: Callable[[Outcome], None] | None) -> None:
+        self._outcomes[outcome.name] = outcome
+        if progress:
+            progress(outcome)
+
+    def _run_isolated(self, names: Sequence[str], progress: Callable[[Outcome], None] | None) -> None:
+        while len(self._workers) < min(self.jobs, len(names)):
+            self._workers.append(IsolatedWorker(self.timeout_s))
+        todo: queue.SimpleQueue[str] = queue.SimpleQueue()
+        for name in names:
+            todo.put(name)
+        lock = threading.Lock()
+
+        def drain(worker: IsolatedWorker) -> None:
+            while True:
+                try:
+                    name = todo.get_nowait()
+                except queue.Empty:
+                    return
+                outcome = worker.run(name)
+                with lock:
+                    self._record(outcome, progress)
+
+        threads = [threading.Thread(target=drain, args=(w,)) for w in self._workers[: len(names)]]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", action="store_true", help="serve IsolatedWorker requests")
+    args = parser.parse_args()
+    if args.worker:
+        return worker_main()
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
