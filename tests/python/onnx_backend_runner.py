@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import functools
 import json
 import os
@@ -604,6 +605,7 @@ def worker_main() -> int:
     """The child side of IsolatedWorker."""
     channel = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
+    faulthandler.enable()  # a crash leaves the Python stack in the report
     backend = load_backend()
     kernels = KernelTable(backend.supported_ops())
     for line in sys.stdin:
