@@ -41,18 +41,34 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description="Run ONNX's backend node tests through onnxtrain; write a Markdown report."
     )
-    parser.add_argument("--out", type=Path, default=REPO / "reports" / "onnx_backend.md",
-                        help="report path (default: reports/onnx_backend.md)")
-    parser.add_argument("--filter", metavar="REGEX",
-                        help="run only the tests whose name matches (re.search)")
-    parser.add_argument("--isolate", action="store_true",
-                        help="run tests in worker processes: a crash or hang fails one test")
-    parser.add_argument("--jobs", type=int, default=1,
-                        help="worker processes at once (with --isolate; default 1)")
-    parser.add_argument("--timeout", type=float, default=120.0,
-                        help="seconds one test may take (with --isolate; default 120)")
-    parser.add_argument("--standin", choices=["onnxruntime", "onnxruntime-all-schemas"],
-                        help="development only: run onnxruntime in place of onnxtrain")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=REPO / "reports" / "onnx_backend.md",
+        help="report path (default: reports/onnx_backend.md)",
+    )
+    parser.add_argument(
+        "--filter", metavar="REGEX", help="run only the tests whose name matches (re.search)"
+    )
+    parser.add_argument(
+        "--isolate",
+        action="store_true",
+        help="run tests in worker processes: a crash or hang fails one test",
+    )
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="worker processes at once (with --isolate; default 1)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds one test may take (with --isolate; default 120)",
+    )
+    parser.add_argument(
+        "--standin",
+        choices=["onnxruntime", "onnxruntime-all-schemas"],
+        help="development only: run onnxruntime in place of onnxtrain",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr")
     return parser.parse_args(argv)
 
@@ -115,7 +131,10 @@ def summary_section(outcomes: Sequence[Outcome], context: dict[str, str]) -> lis
             ("passed", counts["passed"]),
             ("failed", f"{counts['failed']} ({known} of them in KNOWN_FAILURES)"),
             ("skipped", counts["skipped"]),
-            ("pass rate (passed / applicable)", f"{rate} (required: {expectations.MIN_PASS_RATE:.0%})"),
+            (
+                "pass rate (passed / applicable)",
+                f"{rate} (required: {expectations.MIN_PASS_RATE:.0%})",
+            ),
         ],
     )
     return lines
@@ -126,8 +145,13 @@ def per_op_section(outcomes: Sequence[Outcome]) -> list[str]:
     for outcome in outcomes:
         counts[outcome.op][outcome.status] += 1
     rows = [(op, c["passed"], c["failed"], c["skipped"]) for op, c in sorted(counts.items())]
-    lines = ["## Per op", "", "A test counts under the op it tests (an *_expanded test "
-             "under the op whose function body it is).", ""]
+    lines = [
+        "## Per op",
+        "",
+        "A test counts under the op it tests (an *_expanded test "
+        "under the op whose function body it is).",
+        "",
+    ]
     return lines + table(["op", "passed", "failed", "skipped"], rows)
 
 
@@ -136,14 +160,20 @@ def missing_kernels_section(outcomes: Sequence[Outcome]) -> list[str]:
     if not blocked:
         return []
     rows = sorted(blocked.items(), key=lambda item: (-item[1], item[0]))
-    lines = ["## Missing kernels", "", "Kernels (op-opset) whose absence skips tests.", ""]
-    return lines + table(["kernel", "tests skipped"], rows)
+    note = "Kernels (op-opset) that skipped tests need; a test may need several, or be skipped"
+    lines = ["## Missing kernels", "", note + " for another reason too.", ""]
+    return lines + table(["kernel", "skipped tests that need it"], rows)
 
 
 def failures_section(outcomes: Sequence[Outcome]) -> list[str]:
     failed = [o for o in outcomes if o.status == "failed"]
     rows = [
-        (o.name, o.op, cell(expectations.KNOWN_FAILURES.get(o.name, "**no: unexpected**")), cell(o.reason))
+        (
+            o.name,
+            o.op,
+            cell(expectations.KNOWN_FAILURES.get(o.name, "**no: unexpected**")),
+            cell(o.reason),
+        )
         for o in failed
     ]
     lines = [f"## Failures ({len(failed)})", ""]
@@ -151,7 +181,9 @@ def failures_section(outcomes: Sequence[Outcome]) -> list[str]:
 
 
 def unexpected_passes_section(outcomes: Sequence[Outcome]) -> list[str]:
-    passes = [o.name for o in outcomes if o.status == "passed" and o.name in expectations.KNOWN_FAILURES]
+    passes = [
+        o.name for o in outcomes if o.status == "passed" and o.name in expectations.KNOWN_FAILURES
+    ]
     if not passes:
         return []
     lines = ["## Passing, but listed in KNOWN_FAILURES (remove them)", ""]
@@ -204,8 +236,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.write_text(render_report(outcomes, context))
     passed = sum(o.status == "passed" for o in outcomes)
     failed = sum(o.status == "failed" for o in outcomes)
-    print(f"{passed} passed, {failed} failed, {len(outcomes) - passed - failed} skipped "
-          f"in {seconds:.1f} s; report: {args.out}")
+    print(
+        f"{passed} passed, {failed} failed, {len(outcomes) - passed - failed} skipped "
+        f"in {seconds:.1f} s; report: {args.out}"
+    )
     return 0
 
 

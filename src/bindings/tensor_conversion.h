@@ -7,7 +7,7 @@
 
 namespace onnxtrain::bindings {
 
-using HostArray = nanobind::ndarray<nanobind::c_contig, nanobind::device::cpu>;
+using HostArray = nanobind::ndarray<nanobind::ro, nanobind::c_contig, nanobind::device::cpu>;
 
 // Borrows the array's memory (no copy): valid while the array is alive.
 Tensor borrow_array(const HostArray& array, const std::string& what);

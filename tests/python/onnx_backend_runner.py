@@ -43,28 +43,28 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal, Protocol
+from typing import IO, Any, Literal, Protocol, cast
 
+import backend_expectations as expectations
 import ml_dtypes
 import numpy as np
 import onnx
 from onnx import numpy_helper
 from onnx.backend.test.loader import DATA_DIR
 
-import backend_expectations as expectations
-
 NODE_DIR = Path(DATA_DIR) / "node"
 STANDIN_ENV = "ONNXTRAIN_BACKEND_STANDIN"
 #: until_version of a kernel whose opset range is open-ended.
 OPEN_VERSION = 2**31 - 1
 #: Names of integer attributes that hold an element type (Cast.to, EyeLike.dtype, ...).
-DTYPE_ATTRIBUTES = frozenset({"to", "dtype", "output_dtype"})
+DTYPE_ATTRIBUTES = frozenset({"to", "dtype", "output_dtype", "output_datatype", "stash_type"})
 FLOAT_DTYPES = frozenset(
     np.dtype(t) for t in (np.float16, np.float32, np.float64, ml_dtypes.bfloat16)
 )
 EXPANDED_SUFFIX = re.compile(r"_expanded(_ver\d+)?$")
 
 Status = Literal["passed", "failed", "skipped"]
+Array = np.ndarray[Any, np.dtype[Any]]
 
 
 # --- the backend under test -------------------------------------------------------
@@ -74,7 +74,7 @@ class Session(Protocol):
     """The part of onnxtrain.InferenceSession the harness uses."""
 
     def run(
-        self, output_names: Sequence[str] | None, feeds: Mapping[str, np.ndarray]
+        self, output_names: Sequence[str] | None, feeds: Mapping[str, Array]
     ) -> Sequence[Any]: ...
 
 
@@ -106,7 +106,9 @@ class OnnxRuntimeStandIn:
         self._ort = onnxruntime
         self._all_schemas = all_schemas
         registry = "all ONNX schemas" if all_schemas else "its CPU kernels"
-        self.label = f"onnxruntime {onnxruntime.__version__} with {registry} (stand-in for onnxtrain)"
+        self.label = (
+            f"onnxruntime {onnxruntime.__version__} with {registry} (stand-in for onnxtrain)"
+        )
 
     def InferenceSession(self, model: str | bytes) -> Session:  # noqa: N802
         options = self._ort.SessionOptions()
@@ -114,9 +116,10 @@ class OnnxRuntimeStandIn:
         options.log_severity_level = 4
         proto = onnx.load_from_string(model) if isinstance(model, bytes) else onnx.load(model)
         proto.ir_version = min(proto.ir_version, self.MAX_IR_VERSION)
-        return self._ort.InferenceSession(
+        session = self._ort.InferenceSession(
             proto.SerializeToString(), options, providers=["CPUExecutionProvider"]
         )
+        return cast(Session, session)
 
     def supported_ops(self) -> list[tuple[str, str, int, int]]:
         if self._all_schemas:
@@ -140,7 +143,8 @@ class OnnxRuntimeStandIn:
         functions = {
             (schema.domain, schema.name, schema.since_version)
             for schema in onnx.defs.get_all_schemas_with_history()
-            if schema.has_function or schema.has_context_dependent_function
+            # onnx's type stubs lack these two OpSchema properties.
+            if schema.has_function or schema.has_context_dependent_function  # type: ignore[attr-defined]
         }
         ops += [op for op in schema_op_ranges() if op[:3] in functions]
         return ops
@@ -244,12 +248,12 @@ def all_case_names() -> list[str]:
     return sorted(p.name for p in NODE_DIR.iterdir() if (p / "model.onnx").is_file())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_model(name: str) -> onnx.ModelProto:
     return onnx.load(str(NODE_DIR / name / "model.onnx"))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def primary_op(name: str) -> str:
     """The op a test is about: its only node, or for an *_expanded test the op of the
     test it expands (its graph is that op's function body)."""
@@ -338,15 +342,22 @@ def attribute_element_types(nodes: Iterable[onnx.NodeProto]) -> set[int]:
     return codes
 
 
+def direct_subgraphs(node: onnx.NodeProto) -> list[onnx.GraphProto]:
+    """The graphs held by one node's attributes (If branches, Loop and Scan bodies)."""
+    graphs = []
+    for attribute in node.attribute:
+        if attribute.type == onnx.AttributeProto.GRAPH:
+            graphs.append(attribute.g)
+        graphs += attribute.graphs
+    return graphs
+
+
 def subgraphs_of(nodes: Iterable[onnx.NodeProto]) -> list[onnx.GraphProto]:
-    """All graphs held by the nodes' attributes (If, Loop, Scan, ...), recursively."""
+    """All graphs held by the nodes' attributes, nested ones included."""
     found = []
     for node in nodes:
-        for attribute in node.attribute:
-            graphs = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else []
-            graphs += list(attribute.graphs)
-            for graph in graphs:
-                found += [graph, *subgraphs_of(graph.node)]
+        for graph in direct_subgraphs(node):
+            found += [graph, *subgraphs_of(graph.node)]
     return found
 
 
@@ -360,7 +371,12 @@ def missing_kernels(model: onnx.ModelProto, kernels: KernelTable) -> list[str]:
     functions = {(f.domain, f.name, f.overload): f for f in model.functions}
     missing: set[str] = set()
     _collect_missing(
-        model.graph.node, opset_versions(model.opset_import), functions, kernels, missing, frozenset()
+        model.graph.node,
+        opset_versions(model.opset_import),
+        functions,
+        kernels,
+        missing,
+        frozenset(),
     )
     return sorted(missing)
 
@@ -377,7 +393,7 @@ def _collect_missing(
     calling: frozenset[FunctionKey],
 ) -> None:
     for node in nodes:
-        for graph in subgraphs_of([node]):
+        for graph in direct_subgraphs(node):
             _collect_missing(graph.node, opsets, functions, kernels, missing, calling)
         version = opsets.get(normalize_domain(node.domain), 0)
         if kernels.covers(node.domain, node.op_type, version):
@@ -394,13 +410,13 @@ def _collect_missing(
 # --- running and comparing ----------------------------------------------------------
 
 
-def read_tensor(path: Path) -> np.ndarray:
+def read_tensor(path: Path) -> Array:
     tensor = onnx.TensorProto()
     tensor.ParseFromString(path.read_bytes())
     return numpy_helper.to_array(tensor)
 
 
-def load_data_sets(name: str) -> list[tuple[str, dict[str, np.ndarray], list[np.ndarray]]]:
+def load_data_sets(name: str) -> list[tuple[str, dict[str, Array], list[Array]]]:
     """(data set name, feeds by input name, expected outputs) for each data set.
 
     Like ONNX's runner, input_<i>.pb feeds the graph's i-th input."""
@@ -413,7 +429,7 @@ def load_data_sets(name: str) -> list[tuple[str, dict[str, np.ndarray], list[np.
     return data_sets
 
 
-def numbered_tensors(directory: Path, prefix: str) -> list[np.ndarray]:
+def numbered_tensors(directory: Path, prefix: str) -> list[Array]:
     count = len(list(directory.glob(f"{prefix}_*.pb")))
     return [read_tensor(directory / f"{prefix}_{i}.pb") for i in range(count)]
 
@@ -428,12 +444,12 @@ def execute(name: str, backend: Backend) -> str | None:
     output_names = [output.name for output in load_model(name).graph.output]
     try:
         session = backend.InferenceSession(str(NODE_DIR / name / "model.onnx"))
-    except Exception as error:  # noqa: BLE001 - any error fails the test
+    except Exception as error:  # any error fails the test
         return f"load: {describe_error(error)}"
     for data_set, feeds, expected in load_data_sets(name):
         try:
             actual = session.run(None, feeds)
-        except Exception as error:  # noqa: BLE001
+        except Exception as error:
             return f"run ({data_set}): {describe_error(error)}"
         problem = compare_outputs(expected, actual, output_names, rtol, atol)
         if problem:
@@ -442,13 +458,15 @@ def execute(name: str, backend: Backend) -> str | None:
 
 
 def compare_outputs(
-    expected: Sequence[np.ndarray],
+    expected: Sequence[Array],
     actual: Sequence[Any],
     names: Sequence[str],
     rtol: float,
     atol: float,
 ) -> str | None:
     """None when the outputs match, else a description of the first difference."""
+    if not isinstance(actual, (list, tuple)):
+        return f"run returned a {type(actual).__name__}, expected a list of arrays"
     if len(actual) != len(expected):
         return f"{len(actual)} outputs, expected {len(expected)}"
     for i, (want, got) in enumerate(zip(expected, actual)):
@@ -458,7 +476,7 @@ def compare_outputs(
     return None
 
 
-def compare_tensor(expected: np.ndarray, actual: Any, rtol: float, atol: float) -> str | None:
+def compare_tensor(expected: Array, actual: Any, rtol: float, atol: float) -> str | None:
     """Dtype and shape must match; floats within tolerance, others exactly."""
     if not isinstance(actual, np.ndarray):
         return f"got a {type(actual).__name__}, expected a numpy array"
@@ -471,7 +489,7 @@ def compare_tensor(expected: np.ndarray, actual: Any, rtol: float, atol: float) 
     return describe_differences(expected, actual, actual != expected, "differ")
 
 
-def compare_close(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: float) -> str | None:
+def compare_close(expected: Array, actual: Array, rtol: float, atol: float) -> str | None:
     """Like numpy.testing.assert_allclose(actual, expected): |a - e| <= atol + rtol * |e|,
     NaN equal to NaN, infinities equal to themselves."""
     bad = ~np.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
@@ -480,11 +498,16 @@ def compare_close(expected: np.ndarray, actual: np.ndarray, rtol: float, atol: f
     with np.errstate(invalid="ignore", divide="ignore"):
         abs_diff = np.abs(actual - expected)[bad]
         rel_diff = abs_diff / np.abs(expected[bad])
-    limits = f"beyond rtol={rtol:g}, atol={atol:g} (max abs diff {np.nanmax(abs_diff, initial=0):.3g}, max rel diff {np.nanmax(rel_diff, initial=0):.3g})"
+    max_abs = np.nanmax(abs_diff, initial=0)
+    max_rel = np.nanmax(rel_diff, initial=0)
+    limits = (
+        f"beyond rtol={rtol:g}, atol={atol:g} "
+        f"(max abs diff {max_abs:.3g}, max rel diff {max_rel:.3g})"
+    )
     return describe_differences(expected, actual, bad, limits)
 
 
-def describe_differences(expected: np.ndarray, actual: np.ndarray, bad: np.ndarray, how: str) -> str | None:
+def describe_differences(expected: Array, actual: Array, bad: Array, how: str) -> str | None:
     if not bad.any():
         return None
     first = tuple(int(i) for i in np.argwhere(bad)[0])
@@ -509,7 +532,7 @@ def run_case(name: str, backend: Backend, kernels: KernelTable) -> Outcome:
 # --- crash-proof execution in worker processes --------------------------------------
 
 
-class _WorkerLost(Exception):
+class _WorkerLostError(Exception):
     """The worker died or hung while running a test."""
 
 
@@ -536,27 +559,32 @@ class IsolatedWorker:
             process.stdin.write(f"{name}\n".encode())
             process.stdin.flush()
             return Outcome.from_json(self._read_line(start + self.timeout_s))
-        except (_WorkerLost, BrokenPipeError) as lost:
+        except (_WorkerLostError, BrokenPipeError) as lost:
             reason = self._post_mortem(lost, stderr_start)
-            return Outcome(name, "failed", primary_op(name), reason, seconds=time.perf_counter() - start)
+            return Outcome(
+                name, "failed", primary_op(name), reason, seconds=time.perf_counter() - start
+            )
 
     def close(self) -> None:
-        if self._process is None:
-            return
-        assert self._process.stdin is not None
-        self._process.stdin.close()
-        try:
-            self._process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
-        self._process = None
+        if self._process is not None:
+            assert self._process.stdin is not None
+            self._process.stdin.close()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+        if self._stderr is not None:
+            self._stderr.close()
+            self._stderr = None
 
     def _ensure_started(self) -> subprocess.Popen[bytes]:
         if self._process is not None and self._process.poll() is None:
             return self._process
         if self._stderr is None:
-            self._stderr = tempfile.TemporaryFile()
+            # Kept open across restarts; closed with the worker.
+            self._stderr = tempfile.TemporaryFile()  # noqa: SIM115
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         self._buffer = b""
         self._process = subprocess.Popen(
@@ -574,12 +602,12 @@ class IsolatedWorker:
         while b"\n" not in self._buffer:
             remaining = deadline - time.perf_counter()
             if remaining <= 0:
-                raise _WorkerLost(f"timed out after {self.timeout_s:g} s")
+                raise _WorkerLostError(f"timed out after {self.timeout_s:g} s")
             ready, _, _ = select.select([fd], [], [], remaining)
             if ready:
                 chunk = os.read(fd, 1 << 16)
                 if not chunk:
-                    raise _WorkerLost("crashed")
+                    raise _WorkerLostError("crashed")
                 self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         return line.decode()
@@ -591,14 +619,25 @@ class IsolatedWorker:
             self._process.kill()
         code = self._process.wait()
         self._process = None
-        how = str(lost) if isinstance(lost, _WorkerLost) else "crashed"
+        how = str(lost) if isinstance(lost, _WorkerLostError) else "crashed"
         if code < 0 and how == "crashed":
             how = f"crashed ({signal.Signals(-code).name})"
         elif how == "crashed":
             how = f"crashed (exit code {code})"
         self._stderr.seek(stderr_start)
-        tail = self._stderr.read().decode(errors="replace").strip().splitlines()[-5:]
-        return how + (": " + " | ".join(tail) if tail else "")
+        last_words = crash_summary(self._stderr.read().decode(errors="replace"))
+        return how + (": " + " | ".join(last_words) if last_words else "")
+
+
+def crash_summary(stderr: str) -> list[str]:
+    """The informative lines of a dead worker's stderr: with a faulthandler dump, the
+    lines before it, its first line and the innermost Python frame; else the tail."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    fatal = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error")), None)
+    if fatal is None:
+        return lines[-5:]
+    frame = next((line for line in lines[fatal:] if line.startswith("File ")), None)
+    return [*lines[max(0, fatal - 3) : fatal + 1], *([frame] if frame else [])]
 
 
 def worker_main() -> int:
@@ -612,7 +651,7 @@ def worker_main() -> int:
         name = line.strip()
         try:
             outcome = run_case(name, backend, kernels)
-        except Exception as error:  # noqa: BLE001 - a harness error fails one test only
+        except Exception as error:  # a harness error fails one test only
             outcome = Outcome(name, "failed", "(unknown)", f"harness: {describe_error(error)}")
         channel.write(json.dumps(dataclasses.asdict(outcome)) + "\n")
     return 0
@@ -670,7 +709,10 @@ class BackendTestRunner:
             if fit.applicable:
                 to_run.append(name)
             else:
-                self._record(Outcome(name, "skipped", primary_op(name), fit.reason, fit.missing_ops), progress)
+                self._record(
+                    Outcome(name, "skipped", primary_op(name), fit.reason, fit.missing_ops),
+                    progress,
+                )
         if self.isolate:
             self._run_isolated(to_run, progress)
         else:
@@ -683,7 +725,9 @@ class BackendTestRunner:
         if progress:
             progress(outcome)
 
-    def _run_isolated(self, names: Sequence[str], progress: Callable[[Outcome], None] | None) -> None:
+    def _run_isolated(
+        self, names: Sequence[str], progress: Callable[[Outcome], None] | None
+    ) -> None:
         while len(self._workers) < min(self.jobs, len(names)):
             self._workers.append(IsolatedWorker(self.timeout_s))
         todo: queue.SimpleQueue[str] = queue.SimpleQueue()

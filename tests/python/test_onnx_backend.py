@@ -8,7 +8,9 @@ demands that enough of the applicable tests pass; it reuses the outcomes the
 per-test tests computed, so the suite runs every node test once.
 
 Set ONNXTRAIN_BACKEND_ISOLATE=1 to run each node test in a worker process, so a
-crash fails that test instead of ending pytest. tools/backend_report.py writes the
+crash fails that test instead of ending pytest, and a test running longer than
+ONNXTRAIN_BACKEND_TIMEOUT seconds (default 120) fails too. Note that test_pass_rate
+runs every applicable node test, even under -k. tools/backend_report.py writes the
 same results as a Markdown report.
 """
 
@@ -16,15 +18,17 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 pytest.importorskip("onnx")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import backend_expectations as expectations  # noqa: E402
-import onnx_backend_runner as backend_runner  # noqa: E402
+import backend_expectations as expectations
+import onnx_backend_runner as backend_runner
 
 try:
     BACKEND = backend_runner.load_backend()
@@ -35,7 +39,8 @@ except ImportError as error:
     )
 
 ISOLATE = os.environ.get("ONNXTRAIN_BACKEND_ISOLATE", "") not in ("", "0")
-RUNNER = backend_runner.BackendTestRunner(BACKEND, isolate=ISOLATE)
+TIMEOUT_S = float(os.environ.get("ONNXTRAIN_BACKEND_TIMEOUT", "120"))
+RUNNER = backend_runner.BackendTestRunner(BACKEND, isolate=ISOLATE, timeout_s=TIMEOUT_S)
 CASE_NAMES = backend_runner.all_case_names()
 
 
@@ -55,7 +60,7 @@ def _applicable_names() -> list[str]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _stop_workers_at_the_end() -> object:
+def _stop_workers_at_the_end() -> Iterator[None]:
     yield
     RUNNER.close()
 
@@ -75,20 +80,22 @@ def test_pass_rate() -> None:
     outcomes = RUNNER.outcomes(applicable)
     passed = sum(outcome.status == "passed" for outcome in outcomes)
     unexpected = [
-        o.name for o in outcomes if o.status == "failed" and o.name not in expectations.KNOWN_FAILURES
+        o.name
+        for o in outcomes
+        if o.status == "failed" and o.name not in expectations.KNOWN_FAILURES
     ]
     rate = passed / len(applicable)
     assert rate >= expectations.MIN_PASS_RATE, (
         f"{passed} of {len(applicable)} applicable ONNX node tests pass ({rate:.1%}), "
         f"below {expectations.MIN_PASS_RATE:.0%}; failures not in KNOWN_FAILURES: "
-        f"{', '.join(unexpected[:20])}{' ...' if len(unexpected) > 20 else ''}"
+        f"{', '.join(unexpected[:20]) or '(none)'}{' ...' if len(unexpected) > 20 else ''}"
     )
 
 
 def test_expectation_tables_are_current() -> None:
     """Every entry names an existing node test and says why; a known failure must be
     applicable (otherwise it is skipped anyway and the entry is stale)."""
-    tables = {
+    tables: dict[str, dict[str, Any]] = {
         "KNOWN_FAILURES": expectations.KNOWN_FAILURES,
         "NOT_COMPARABLE": expectations.NOT_COMPARABLE,
         "TOLERANCES": expectations.TOLERANCES,
@@ -100,5 +107,7 @@ def test_expectation_tables_are_current() -> None:
     for table_name in ("KNOWN_FAILURES", "NOT_COMPARABLE"):
         blank = sorted(name for name, reason in tables[table_name].items() if not reason.strip())
         assert not blank, f"{table_name} entries without a reason: {blank}"
-    skipped = sorted(n for n in expectations.KNOWN_FAILURES if not RUNNER.applicability(n).applicable)
+    skipped = sorted(
+        n for n in expectations.KNOWN_FAILURES if not RUNNER.applicability(n).applicable
+    )
     assert not skipped, f"KNOWN_FAILURES entries for tests that are skipped anyway: {skipped}"

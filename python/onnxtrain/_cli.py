@@ -1,0 +1,23 @@
+"""The `onnxtrain` console script: runs the C++ command-line tool shipped in the package."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+
+def executable() -> Path:
+    """Path of the compiled CLI inside the installed package."""
+    return Path(__file__).resolve().parent / "bin" / "onnxtrain"
+
+
+def main() -> None:
+    tool = executable()
+    if not tool.exists():
+        sys.exit(f"onnxtrain: the command-line tool is missing at {tool}; reinstall onnxtrain")
+    os.execv(tool, [str(tool), *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    main()
