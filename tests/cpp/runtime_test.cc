@@ -1,0 +1,155 @@
+#include <gtest/gtest.h>
+#include <onnxtrain/inference_session.h>
+
+#include "runtime/memory_plan.h"
+#include "test_util.h"
+
+namespace onnxtrain {
+namespace {
+
+using namespace onnxtrain::testing;
+
+TEST(MemoryPlan, ReusesBytesOnlyBetweenBuffersThatNeverLiveTogether) {
+  // a: steps 0-1, b: 1-2, c: 2-3 (a and c may share), d: 0-3 (shares with nobody)
+  const MemoryPlan plan({{100, 0, 1}, {100, 1, 2}, {100, 2, 3}, {50, 0, 3}});
+  auto overlap = [&](size_t i, size_t j) {
+    return plan.offset(i) < plan.offset(j) + plan.bytes(j) && plan.offset(j) < plan.offset(i) + plan.bytes(i);
+  };
+  EXPECT_FALSE(overlap(0, 1));
+  EXPECT_FALSE(overlap(1, 2));
+  EXPECT_FALSE(overlap(0, 3));
+  EXPECT_FALSE(overlap(1, 3));
+  EXPECT_FALSE(overlap(2, 3));
+  EXPECT_EQ(plan.offset(0), plan.offset(2));  // a is dead when c is born
+  EXPECT_LE(plan.arena_bytes(), 128u * 2 + 64);
+}
+
+onnx::ModelProto chain_model() {
+  // y = relu(relu(x + x) + x) : intermediates that can live in the arena
+  onnx::ModelProto m = model();
+  auto* g = m.mutable_graph();
+  *g->add_input() = tensor_value("x", 1, {"batch", "3"});
+  *g->add_output() = tensor_value("y", 1, {"batch", "3"});
+  *g->add_node() = node("Add", {"x", "x"}, {"a"});
+  *g->add_node() = node("Relu", {"a"}, {"b"});
+  *g->add_node() = node("Add", {"b", "x"}, {"c"});
+  *g->add_node() = node("Relu", {"c"}, {"y"});
+  return m;
+}
+
+std::vector<float> run_chain(InferenceSession& session, std::vector<float> x) {
+  const auto rows = static_cast<int64_t>(x.size() / 3);
+  auto out = session.run({{"x", Tensor::from_vector<float>({rows, 3}, x)}});
+  return {out[0].values<float>().begin(), out[0].values<float>().end()};
+}
+
+TEST(InferenceSession, PlannedRunsMatchTheFirstRunAndShapesMayChange) {
+  InferenceSession session(as_span(bytes_of(chain_model())));
+  const std::vector<float> x = {-1, 0, 1, 2, -3, 4};
+  const std::vector<float> expected = {0, 0, 3, 6, 0, 12};
+  EXPECT_EQ(run_chain(session, x), expected);  // records the plan
+  EXPECT_EQ(run_chain(session, x), expected);  // served from the arena
+  EXPECT_EQ(run_chain(session, {1, 1, 1}), (std::vector<float>{3, 3, 3}));  // a new signature
+  EXPECT_EQ(run_chain(session, x), expected);
+}
+
+TEST(InferenceSession, OutputsOutliveLaterRuns) {
+  InferenceSession session(as_span(bytes_of(chain_model())));
+  auto first = session.run({{"x", Tensor::from_vector<float>({1, 3}, {1, 2, 3})}});
+  auto second = session.run({{"x", Tensor::from_vector<float>({1, 3}, {4, 5, 6})}});
+  EXPECT_EQ(first[0].values<float>()[0], 3.0f);
+  EXPECT_EQ(second[0].values<float>()[0], 12.0f);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(InferenceSession, BadFeedsNameTheInputAndTheExpectation) {
+  InferenceSession session(as_span(bytes_of(chain_model())));
+  EXPECT_NE(error_of([&] { session.run({}); }).find("input 'x' (float[batch, 3]) is missing"), std::string::npos);
+  EXPECT_NE(error_of([&] { session.run({{"x", Tensor::zeros(DType::kFloat64, {1, 3})}}); })
+                .find("input 'x': got double[1, 3], expected float[batch, 3]"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { session.run({{"x", Tensor::zeros(DType::kFloat32, {1, 4})}}); })
+                .find("dimension 1 is 4, expected 3"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { session.run({{"x", Tensor::zeros(DType::kFloat32, {3})}}); }).find("expected rank 2"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              session.run({{"x", Tensor::zeros(DType::kFloat32, {1, 3})}, {"z", Tensor::zeros(DType::kFloat32, {1})}});
+            }).find("'z' is not an input of the model (inputs: x)"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { session.run({{"x", Tensor::zeros(DType::kFloat32, {1, 3})}}, {"nope"}); })
+                .find("'nope' is not an output"),
+            std::string::npos);
+}
+
+TEST(InferenceSession, SymbolicDimensionsMustAgreeAcrossInputs) {
+  onnx::ModelProto m = model();
+  auto* g = m.mutable_graph();
+  *g->add_input() = tensor_value("a", 1, {"n"});
+  *g->add_input() = tensor_value("b", 1, {"n"});
+  *g->add_output() = tensor_value("c", 1, {"n"});
+  *g->add_node() = node("Add", {"a", "b"}, {"c"});
+  InferenceSession session(as_span(bytes_of(m)));
+  const std::string message = error_of([&] {
+    session.run({{"a", Tensor::zeros(DType::kFloat32, {2})}, {"b", Tensor::zeros(DType::kFloat32, {1})}});
+  });
+  EXPECT_NE(message.find("('n') is 1, but another input gave 'n' = 2"), std::string::npos) << message;
+}
+
+TEST(InferenceSession, UnknownOpsAreListedWithTheirNodes) {
+  onnx::ModelProto m = model();
+  auto* g = m.mutable_graph();
+  *g->add_input() = tensor_value("x", 1, {"2"});
+  *g->add_output() = tensor_value("y", 1, {"2"});
+  *g->add_node() = node("NoSuchOp", {"x"}, {"y"}, "mystery");
+  const std::string message = error_of([&] { InferenceSession session(as_span(bytes_of(m))); });
+  EXPECT_NE(message.find("no kernel"), std::string::npos) << message;
+  EXPECT_NE(message.find("NoSuchOp (opset 17, NoSuchOp 'mystery')"), std::string::npos) << message;
+}
+
+TEST(InferenceSession, InlinesLocalFunctionsWithoutAKernel) {
+  onnx::ModelProto m = model();
+  auto* lo = m.add_opset_import();
+  lo->set_domain("local");
+  lo->set_version(1);
+  auto* g = m.mutable_graph();
+  *g->add_input() = tensor_value("x", 1, {"3"});
+  *g->add_output() = tensor_value("y", 1, {"3"});
+  onnx::NodeProto call = node("DoubleRelu", {"x"}, {"y"}, "call");
+  call.set_domain("local");
+  *g->add_node() = call;
+  auto* f = m.add_functions();
+  f->set_name("DoubleRelu");
+  f->set_domain("local");
+  f->add_input("a");
+  f->add_output("c");
+  *f->add_node() = node("Add", {"a", "a"}, {"s"});
+  *f->add_node() = node("Relu", {"s"}, {"c"});
+  InferenceSession session(as_span(bytes_of(m)));
+  auto out = session.run({{"x", Tensor::from_vector<float>({3}, {-1, 0.5f, 2})}});
+  EXPECT_EQ(std::vector<float>(out[0].values<float>().begin(), out[0].values<float>().end()),
+            (std::vector<float>{0, 1, 4}));
+}
+
+TEST(InferenceSession, PassThroughOutputsAreCopies) {
+  onnx::ModelProto m = model();
+  auto* g = m.mutable_graph();
+  *g->add_input() = tensor_value("x", 1, {"2"});
+  *g->add_output() = tensor_value("x", 1, {"2"});
+  InferenceSession session(as_span(bytes_of(m)));
+  Tensor x = Tensor::from_vector<float>({2}, {1, 2});
+  auto out = session.run({{"x", x}});
+  EXPECT_NE(out[0].raw_data(), x.raw_data());
+  EXPECT_EQ(out[0].values<float>()[1], 2.0f);
+}
+
+}  // namespace
+}  // namespace onnxtrain
