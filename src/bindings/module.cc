@@ -7,6 +7,7 @@
 #include <nanobind/stl/vector.h>
 #include <onnxtrain/inference_session.h>
 
+#include "bindings/bindings.h"
 #include "bindings/tensor_conversion.h"
 
 namespace nb = nanobind;
@@ -76,24 +77,8 @@ nb::list run_session(InferenceSession& session, const std::vector<std::string>& 
 }
 
 }  // namespace
-}  // namespace onnxtrain::bindings
 
-using namespace onnxtrain;
-using namespace onnxtrain::bindings;
-
-NB_MODULE(_C, m) {
-  m.doc() = "onnxtrain's C++ core";
-
-  static nb::object value_error = nb::module_::import_("builtins").attr("ValueError");
-  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
-    try {
-      std::rethrow_exception(p);
-    } catch (const Error& e) {
-      if (e.kind() == ErrorKind::kInvalidArgument) PyErr_SetString(value_error.ptr(), e.what());
-      else PyErr_SetString(PyExc_RuntimeError, e.what());
-    }
-  });
-
+void bind_inference(nb::module_& m) {
   nb::class_<InferenceSession>(m, "InferenceSession")
       .def("__init__",
            [](InferenceSession* self, nb::object model, int threads) {
@@ -111,5 +96,24 @@ NB_MODULE(_C, m) {
     }
     return ops;
   });
+}
+
+}  // namespace onnxtrain::bindings
+
+NB_MODULE(_C, m) {
+  m.doc() = "onnxtrain's C++ core";
+
+  static nb::object value_error = nb::module_::import_("builtins").attr("ValueError");
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const onnxtrain::Error& e) {
+      if (e.kind() == onnxtrain::ErrorKind::kInvalidArgument) PyErr_SetString(value_error.ptr(), e.what());
+      else PyErr_SetString(PyExc_RuntimeError, e.what());
+    }
+  });
+
+  onnxtrain::bindings::bind_inference(m);
+  onnxtrain::bindings::bind_autodiff(m);
 }
 

@@ -1,0 +1,11 @@
+// Each part of onnxtrain._C adds its functions and classes to the module here.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace onnxtrain::bindings {
+
+void bind_inference(nanobind::module_& m);
+void bind_autodiff(nanobind::module_& m);
+
+}  // namespace onnxtrain::bindings
