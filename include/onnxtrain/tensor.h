@@ -45,6 +45,8 @@ class Storage {
 
   // A fresh 64-byte-aligned heap block.
   static std::shared_ptr<Storage> allocate(size_t bytes);
+  // How many blocks allocate() has handed out so far (for tests of the memory plan).
+  static uint64_t heap_allocation_count() noexcept;
   // Borrowed memory; `keep_alive` is held until the storage is released.
   static std::shared_ptr<Storage> borrow(void* data, size_t bytes, std::shared_ptr<void> keep_alive);
 

@@ -1,5 +1,6 @@
 #include <onnxtrain/tensor.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -23,7 +24,14 @@ std::string shape_string(std::span<const int64_t> shape) {
   return text + "]";
 }
 
+namespace {
+std::atomic<uint64_t> heap_allocations{0};
+}  // namespace
+
+uint64_t Storage::heap_allocation_count() noexcept { return heap_allocations.load(std::memory_order_relaxed); }
+
 std::shared_ptr<Storage> Storage::allocate(size_t bytes) {
+  heap_allocations.fetch_add(1, std::memory_order_relaxed);
   constexpr size_t kAlignment = 64;
   const size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   void* data = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);

@@ -53,6 +53,16 @@ TEST(InferenceSession, PlannedRunsMatchTheFirstRunAndShapesMayChange) {
   EXPECT_EQ(run_chain(session, x), expected);
 }
 
+TEST(InferenceSession, SteadyStateRunsAllocateOnlyTheirOutputs) {
+  InferenceSession session(as_span(bytes_of(chain_model())));
+  const Tensor x = Tensor::from_vector<float>({2, 3}, {-1, 0, 1, 2, -3, 4});
+  session.run({{"x", x}});  // records and plans
+  session.run({{"x", x}});
+  const uint64_t before = Storage::heap_allocation_count();
+  session.run({{"x", x}});
+  EXPECT_EQ(Storage::heap_allocation_count() - before, 1u);  // the output y alone
+}
+
 TEST(InferenceSession, OutputsOutliveLaterRuns) {
   InferenceSession session(as_span(bytes_of(chain_model())));
   auto first = session.run({{"x", Tensor::from_vector<float>({1, 3}, {1, 2, 3})}});

@@ -1,0 +1,140 @@
+"""InferenceSession's contract: onnxruntime's API shape, and clear errors for bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxtrain
+
+
+def small_model() -> onnx.ModelProto:
+    """y = relu(x @ w + b) with a symbolic batch dimension."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["xw"]),
+            helper.make_node("Add", ["xw", "b"], ["z"]),
+            helper.make_node("Relu", ["z"], ["y"]),
+        ],
+        "small",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])],
+        [w, b],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def reference(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+def test_metadata_matches_onnxruntime_shape():
+    session = onnxtrain.InferenceSession(small_model().SerializeToString())
+    (x,) = session.get_inputs()
+    (y,) = session.get_outputs()
+    assert (x.name, x.shape, x.type) == ("x", ["batch", 4], "tensor(float)")
+    assert (y.name, y.shape, y.type) == ("y", ["batch", 3], "tensor(float)")
+    assert "w" not in [i.name for i in session.get_inputs()]
+
+
+@pytest.mark.parametrize("batch", [1, 5, 64])
+def test_runs_any_batch_size_from_a_path(tmp_path, batch):
+    model = small_model()
+    path = tmp_path / "small.onnx"
+    onnx.save(model, path)
+    session = onnxtrain.InferenceSession(str(path))
+    x = np.random.default_rng(batch).standard_normal((batch, 4)).astype(np.float32)
+    for _ in range(3):  # first run plans, the others reuse the plan
+        (y,) = session.run(None, {"x": x})
+        np.testing.assert_allclose(y, reference(model, x), rtol=1e-5, atol=1e-6)
+
+
+def test_runs_models_with_external_data(tmp_path):
+    model = small_model()
+    onnx.save(model, tmp_path / "ext.onnx", save_as_external_data=True, all_tensors_to_one_file=True,
+              location="ext.onnx.data", size_threshold=0)
+    x = np.ones((2, 4), np.float32)
+    assert (tmp_path / "ext.onnx.data").exists()
+    (y,) = onnxtrain.InferenceSession(tmp_path / "ext.onnx").run(["y"], {"x": x})
+    np.testing.assert_allclose(y, reference(small_model(), x), rtol=1e-5, atol=1e-6)
+
+
+def test_non_contiguous_inputs_are_accepted():
+    x = np.asfortranarray(np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32))
+    session = onnxtrain.InferenceSession(small_model().SerializeToString())
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], reference(small_model(), np.ascontiguousarray(x)),
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "feeds, message",
+    [
+        ({}, r"input 'x' \(float\[batch, 4\]\) is missing"),
+        ({"x": np.zeros((2, 4), np.float64)}, r"input 'x': got double\[2, 4\], expected float\[batch, 4\]"),
+        ({"x": np.zeros((2, 5), np.float32)}, r"input 'x': dimension 1 is 5, expected 4"),
+        ({"x": np.zeros((4,), np.float32)}, r"expected rank 2"),
+        ({"x": np.zeros((2, 4), np.float32), "extra": np.zeros(1, np.float32)}, r"'extra' is not an input of the model \(inputs: x\)"),
+        ({"x": np.array([["a"] * 4])}, r"input 'x': onnxtrain takes numeric arrays"),
+    ],
+)
+def test_bad_feeds_raise_value_errors_that_say_what_was_expected(feeds, message):
+    session = onnxtrain.InferenceSession(small_model().SerializeToString())
+    with pytest.raises(ValueError, match=message):
+        session.run(None, feeds)
+    (y,) = session.run(None, {"x": np.zeros((1, 4), np.float32)})  # the session still works
+    assert y.shape == (1, 3)
+
+
+def test_unknown_output_name():
+    session = onnxtrain.InferenceSession(small_model().SerializeToString())
+    with pytest.raises(ValueError, match=r"'nope' is not an output of the model \(outputs: y\)"):
+        session.run(["nope"], {"x": np.zeros((1, 4), np.float32)})
+
+
+def test_truncated_and_corrupt_models_are_refused(tmp_path):
+    data = small_model().SerializeToString()
+    for cut in (1, len(data) // 2, len(data) - 3):
+        with pytest.raises(RuntimeError, match="not a valid ONNX model"):
+            onnxtrain.InferenceSession(data[:cut])
+    path = tmp_path / "broken.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(RuntimeError, match="broken.onnx"):
+        onnxtrain.InferenceSession(str(path))
+    with pytest.raises(RuntimeError, match="cannot open"):
+        onnxtrain.InferenceSession(str(tmp_path / "missing.onnx"))
+
+
+def test_unknown_ops_are_named_with_their_node():
+    model = small_model()
+    model.graph.node[2].op_type = "Frobnicate"
+    with pytest.raises(RuntimeError, match=r"no kernel for these ops:\s+Frobnicate \(opset 17"):
+        onnxtrain.InferenceSession(model.SerializeToString())
+
+
+def test_a_node_reading_an_unknown_value_is_refused():
+    model = small_model()
+    model.graph.node[1].input[0] = "ghost"
+    with pytest.raises(RuntimeError, match="reads 'ghost'"):
+        onnxtrain.InferenceSession(model.SerializeToString())
+
+
+def test_supported_ops_lists_registered_kernels():
+    ops = onnxtrain.supported_ops()
+    assert ("", "Add", 7, 2**31 - 1) in ops
+    assert all(len(op) == 4 and op[2] <= op[3] for op in ops)
+
+
+def test_thread_count_option_gives_the_same_result():
+    options = onnxtrain.SessionOptions()
+    options.intra_op_num_threads = 1
+    x = np.random.default_rng(3).standard_normal((8, 4)).astype(np.float32)
+    one = onnxtrain.InferenceSession(small_model().SerializeToString(), sess_options=options).run(None, {"x": x})
+    two = onnxtrain.InferenceSession(small_model().SerializeToString()).run(None, {"x": x})
+    np.testing.assert_allclose(one[0], two[0], rtol=1e-6)
