@@ -20,9 +20,12 @@ std::string dtype_list() {
   return names;
 }
 
+template <typename F, typename... Ts>
+using dispatch_result_t = decltype(std::declval<F&>().template operator()<std::tuple_element_t<0, std::tuple<Ts...>>>());
+
 template <typename... Ts, typename F>
-decltype(auto) dispatch(DType dtype, std::string_view what, F&& f) {
-  using Result = decltype(f.template operator()<std::tuple_element_t<0, std::tuple<Ts...>>>());
+dispatch_result_t<F, Ts...> dispatch(DType dtype, std::string_view what, F&& f) {
+  using Result = dispatch_result_t<F, Ts...>;
   if constexpr (std::is_void_v<Result>) {
     bool matched = false;
     ((!matched && dtype == dtype_of<Ts>() ? (f.template operator()<Ts>(), matched = true) : false), ...);

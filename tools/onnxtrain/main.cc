@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ir/onnx_io.h"
+#include "ir/shape_inference.h"
 #include "ops/kernel_registry.h"
 
 namespace {
@@ -55,8 +56,16 @@ int inspect(const std::string& path) {
   for (const auto& v : model.graph.inputs) {
     if (model.graph.initializer(v.name) == nullptr) std::printf("  %s: %s\n", v.name.c_str(), type_text(v).c_str());
   }
-  std::printf("outputs:\n");
-  for (const auto& v : model.graph.outputs) std::printf("  %s: %s\n", v.name.c_str(), type_text(v).c_str());
+  std::printf("outputs (declared, or inferred where the model leaves the shape out):\n");
+  const auto inferred = onnxtrain::ir::infer_types(model);
+  for (const auto& v : model.graph.outputs) {
+    onnxtrain::ir::ValueInfo shown = v;
+    if (auto it = inferred.find(v.name); !v.shape && it != inferred.end()) {
+      shown.dtype = it->second.dtype;
+      shown.shape = it->second.shape;
+    }
+    std::printf("  %s: %s\n", v.name.c_str(), type_text(shown).c_str());
+  }
 
   int64_t parameters = 0;
   size_t bytes = 0;

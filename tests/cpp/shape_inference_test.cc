@@ -1,0 +1,105 @@
+#include <gtest/gtest.h>
+
+#include "ir/onnx_io.h"
+#include "ir/shape_inference.h"
+#include "test_util.h"
+
+namespace onnxtrain {
+namespace {
+
+using namespace onnxtrain::testing;
+
+std::string text(const ir::ValueType& t) {
+  std::string s(dtype_name(t.dtype));
+  if (!t.shape) return s + "[?]";
+  s += "[";
+  for (size_t i = 0; i < t.shape->size(); ++i) {
+    const ir::Dim& d = (*t.shape)[i];
+    s += (i ? "," : "") + (d.value ? std::to_string(*d.value) : d.param.empty() ? "?" : d.param);
+  }
+  return s + "]";
+}
+
+onnx::TensorProto int64s(const std::string& name, std::vector<int64_t> values) {
+  onnx::TensorProto t;
+  t.set_name(name);
+  t.set_data_type(7);
+  t.add_dims(static_cast<int64_t>(values.size()));
+  for (int64_t v : values) t.add_int64_data(v);
+  return t;
+}
+
+TEST(ShapeInference, KeepsSymbolicDimensionsThroughAnAttentionBlock) {
+  onnx::ModelProto m = model(17);
+  auto* g = m.mutable_graph();
+  *g->add_input() = tensor_value("x", 1, {"batch", "seq", "64"});
+  *g->add_input() = tensor_value("w", 1, {"64", "192"});
+  *g->add_initializer() = int64s("heads", {0, 0, 4, 16});
+  *g->add_initializer() = int64s("axes", {2});
+  *g->add_node() = node("MatMul", {"x", "w"}, {"qkv"});
+  onnx::NodeProto split = node("Split", {"qkv"}, {"q", "k", "v"});
+  auto* axis = split.add_attribute();
+  axis->set_name("axis");
+  axis->set_type(onnx::AttributeProto::INT);
+  axis->set_i(-1);
+  *g->add_node() = split;
+  *g->add_node() = node("Reshape", {"q", "heads"}, {"q4"});
+  onnx::NodeProto perm = node("Transpose", {"q4"}, {"qt"});
+  auto* p = perm.add_attribute();
+  p->set_name("perm");
+  p->set_type(onnx::AttributeProto::INTS);
+  for (int64_t v : {0, 2, 1, 3}) p->add_ints(v);
+  *g->add_node() = perm;
+  *g->add_node() = node("Shape", {"qt"}, {"shape"});
+  *g->add_node() = node("ReduceSum", {"x", "axes"}, {"summed"});
+  *g->add_node() = node("Less", {"x", "summed"}, {"mask"});
+  *g->add_output() = tensor_value("qt", 1, {});
+  g->mutable_output(0)->mutable_type()->mutable_tensor_type()->clear_shape();
+
+  const auto types = ir::infer_types(ir::load_model(as_span(bytes_of(m))));
+  EXPECT_EQ(text(types.at("qkv")), "float[batch,seq,192]");
+  EXPECT_EQ(text(types.at("k")), "float[batch,seq,64]");
+  EXPECT_EQ(text(types.at("q4")), "float[batch,seq,4,16]");
+  EXPECT_EQ(text(types.at("qt")), "float[batch,4,seq,16]");
+  EXPECT_EQ(text(types.at("shape")), "int64[4]");
+  EXPECT_EQ(text(types.at("summed")), "float[batch,seq,1]");
+  EXPECT_EQ(text(types.at("mask")), "bool[batch,seq,64]");
+}
+
+TEST(ShapeInference, ConvolutionAndPoolingArithmetic) {
+  onnx::ModelProto m = model(17);
+  auto* g = m.mutable_graph();
+  *g->add_input() = tensor_value("x", 1, {"N", "3", "32", "32"});
+  *g->add_input() = tensor_value("w", 1, {"16", "3", "3", "3"});
+  onnx::NodeProto conv = node("Conv", {"x", "w"}, {"y"});
+  for (const char* name : {"pads", "strides"}) {
+    auto* a = conv.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    const std::vector<int64_t> v = std::string(name) == "pads" ? std::vector<int64_t>{1, 1, 1, 1} : std::vector<int64_t>{2, 2};
+    for (int64_t x : v) a->add_ints(x);
+  }
+  *g->add_node() = conv;
+  onnx::NodeProto pool = node("MaxPool", {"y"}, {"p"});
+  auto* k = pool.add_attribute();
+  k->set_name("kernel_shape");
+  k->set_type(onnx::AttributeProto::INTS);
+  k->add_ints(2);
+  k->add_ints(2);
+  auto* s = pool.add_attribute();
+  s->set_name("strides");
+  s->set_type(onnx::AttributeProto::INTS);
+  s->add_ints(2);
+  s->add_ints(2);
+  *g->add_node() = pool;
+  *g->add_node() = node("GlobalAveragePool", {"p"}, {"gap"});
+  *g->add_node() = node("Flatten", {"gap"}, {"flat"});
+  const auto types = ir::infer_types(ir::load_model(as_span(bytes_of(m))));
+  EXPECT_EQ(text(types.at("y")), "float[N,16,16,16]");
+  EXPECT_EQ(text(types.at("p")), "float[N,16,8,8]");
+  EXPECT_EQ(text(types.at("gap")), "float[N,16,1,1]");
+  EXPECT_EQ(text(types.at("flat")), "float[N,16]");
+}
+
+}  // namespace
+}  // namespace onnxtrain
