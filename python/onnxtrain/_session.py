@@ -48,15 +48,15 @@ def _node_args(entries: Iterable[dict[str, Any]]) -> list[NodeArg]:
     ]
 
 
-def _as_input_array(name: str, value: Any, expected_dtype: int | None) -> np.ndarray:
-    array = np.ascontiguousarray(value)
-    if expected_dtype == _BFLOAT16 and array.dtype == np.uint16:
-        return array
+def _as_input_array(name: str, value: Any, expected_dtype: int | None) -> tuple[np.ndarray, bool]:
+    """A C-contiguous array for the engine, and whether it holds bfloat16 bits (numpy has no
+    bfloat16: ml_dtypes arrays, or uint16 arrays fed to a bfloat16 input, travel as uint16)."""
+    array = np.asarray(value, order="C")
     if array.dtype.name == "bfloat16":
-        return array.view(np.uint16) if expected_dtype == _BFLOAT16 else array
+        return array.view(np.uint16), True
     if array.dtype == object or array.dtype.kind in "USV":
         raise ValueError(f"input '{name}': onnxtrain takes numeric arrays, got dtype {array.dtype}")
-    return array
+    return array, expected_dtype == _BFLOAT16 and array.dtype == np.uint16
 
 
 class InferenceSession:
@@ -93,15 +93,15 @@ class InferenceSession:
     ) -> list[np.ndarray]:
         """Runs the model; ``output_names`` None means every output, in graph order."""
         names = list(output_names) if output_names else [o.name for o in self._outputs]
-        feeds = {
-            name: _as_input_array(name, value, self._input_dtypes.get(name)) for name, value in input_feed.items()
-        }
-        results = self._session.run(names, feeds)
+        feeds: dict[str, np.ndarray] = {}
+        bfloat16_inputs: list[str] = []
+        for name, value in input_feed.items():
+            feeds[name], is_bfloat16 = _as_input_array(name, value, self._input_dtypes.get(name))
+            if is_bfloat16:
+                bfloat16_inputs.append(name)
+        results = self._session.run(names, feeds, bfloat16_inputs)
         bfloat16 = _bfloat16_dtype()
-        return [
-            r.view(bfloat16) if bfloat16 is not None and self._output_dtypes.get(n) == _BFLOAT16 else r
-            for n, r in zip(names, results)
-        ]
+        return [r.view(bfloat16) if bfloat16 is not None and code == _BFLOAT16 else r for r, code in results]
 
 
 def supported_ops() -> list[tuple[str, str, int, int]]:

@@ -7,5 +7,6 @@ namespace onnxtrain::bindings {
 
 void bind_inference(nanobind::module_& m);
 void bind_autodiff(nanobind::module_& m);
+void bind_checkpoint(nanobind::module_& m);
 
 }  // namespace onnxtrain::bindings

@@ -1,4 +1,6 @@
 // The Python extension onnxtrain._C. Thin: the Python package shapes the public API.
+#include <algorithm>
+
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/pair.h>
@@ -54,7 +56,10 @@ std::unique_ptr<InferenceSession> make_session(nb::object model, int threads) {
   return std::make_unique<InferenceSession>(path, options);
 }
 
-nb::list run_session(InferenceSession& session, const std::vector<std::string>& output_names, nb::dict feeds) {
+// Runs the session on numpy feeds. Arrays named in `bfloat16_inputs` hold bfloat16 bits as
+// uint16 (numpy has no bfloat16). Returns (array, ONNX dtype code) per output.
+nb::list run_session(InferenceSession& session, const std::vector<std::string>& output_names, nb::dict feeds,
+                     const std::vector<std::string>& bfloat16_inputs) {
   NamedTensors tensors;
   std::vector<HostArray> arrays;  // keeps the borrowed memory alive through the run
   for (auto [key, value] : feeds) {
@@ -63,7 +68,14 @@ nb::list run_session(InferenceSession& session, const std::vector<std::string>& 
     if (!nb::try_cast(value, array)) {
       throw Error("input '" + name + "': expected a C-contiguous CPU array", ErrorKind::kInvalidArgument);
     }
-    tensors.emplace_back(name, borrow_array(array, "input '" + name + "'"));
+    Tensor tensor = borrow_array(array, "input '" + name + "'");
+    if (std::find(bfloat16_inputs.begin(), bfloat16_inputs.end(), name) != bfloat16_inputs.end()) {
+      if (tensor.dtype() != DType::kUInt16) {
+        throw Error("input '" + name + "': bfloat16 data must come as uint16 bits", ErrorKind::kInvalidArgument);
+      }
+      tensor = Tensor(DType::kBFloat16, tensor.shape(), tensor.storage());
+    }
+    tensors.emplace_back(name, std::move(tensor));
     arrays.push_back(array);
   }
   std::vector<Tensor> outputs;
@@ -72,7 +84,10 @@ nb::list run_session(InferenceSession& session, const std::vector<std::string>& 
     outputs = session.run(tensors, output_names);
   }
   nb::list result;
-  for (Tensor& t : outputs) result.append(to_numpy(std::move(t)));
+  for (Tensor& t : outputs) {
+    const int code = static_cast<int>(t.dtype());
+    result.append(nb::make_tuple(to_numpy(std::move(t)), code));
+  }
   return result;
 }
 
@@ -85,7 +100,7 @@ void bind_inference(nb::module_& m) {
              new (self) InferenceSession(std::move(*make_session(std::move(model), threads)));
            },
            "model"_a, "intra_op_num_threads"_a = 0)
-      .def("run", &run_session, "output_names"_a, "feeds"_a)
+      .def("run", &run_session, "output_names"_a, "feeds"_a, "bfloat16_inputs"_a)
       .def("inputs", [](const InferenceSession& s) { return metadata_list(s.inputs()); })
       .def("outputs", [](const InferenceSession& s) { return metadata_list(s.outputs()); });
 
@@ -115,5 +130,6 @@ NB_MODULE(_C, m) {
 
   onnxtrain::bindings::bind_inference(m);
   onnxtrain::bindings::bind_autodiff(m);
+  onnxtrain::bindings::bind_checkpoint(m);
 }
 
