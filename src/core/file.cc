@@ -1,6 +1,7 @@
 #include "core/file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -26,7 +27,25 @@ std::string read_file(const fs::path& path) {
   return bytes;
 }
 
+namespace {
+
+// Removes "<path>.tmp-<pid>-<n>" files left by writers that died (killed mid-save).
+void remove_stale_temporaries(const fs::path& path) {
+  const fs::path folder = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  const std::string prefix = path.filename().string() + ".tmp-";
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(folder, error)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with(prefix)) continue;
+    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str() + prefix.size()));
+    if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) fs::remove(entry.path(), error);
+  }
+}
+
+}  // namespace
+
 AtomicFile::AtomicFile(fs::path path) : path_(std::move(path)) {
+  remove_stale_temporaries(path_);
   std::random_device random;
   temporary_ = path_;
   temporary_ += ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(random());
