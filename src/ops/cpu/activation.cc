@@ -1,0 +1,271 @@
+// Activation functions (Relu and its relatives, sigmoids, Gelu, PRelu) and Dropout.
+// Parameters are read once when the kernel is created; the loops live in elementwise.h.
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+
+#include "core/dispatch.h"
+#include "ops/cpu/elementwise.h"
+#include "ops/cpu/vector_math.h"
+#include "ops/kernel_registry.h"
+
+namespace onnxtrain {
+namespace {
+
+using elementwise::binary;
+using elementwise::unary;
+
+// A kernel applying op(x, parameters...) to the float types; op sees float for the 16-bit
+// floats and double for double.
+template <typename Op>
+std::unique_ptr<OpKernel> float_activation(Op op) {
+  return make_kernel([op](KernelContext& ctx) {
+    dispatch<ONNXTRAIN_FLOAT_TYPES>(ctx.input(0).dtype(), ctx.node().op_type,
+                                    [&]<typename T>() { unary<T>(ctx, op); });
+  });
+}
+
+const KernelRegistration kRelu{"", "Relu", 6, kLatestOpset, [](const KernelInfo&) {
+                                 return make_kernel([](KernelContext& ctx) {
+                                   dispatch<ONNXTRAIN_FLOAT_TYPES, ONNXTRAIN_SIGNED_INT_TYPES>(
+                                       ctx.input(0).dtype(), "Relu", [&]<typename T>() {
+                                         unary<T>(ctx, [](auto x) { return x > decltype(x)(0) ? x : decltype(x)(0); });
+                                       });
+                                 });
+                               }};
+
+const KernelRegistration kLeakyRelu{"", "LeakyRelu", 6, kLatestOpset, [](const KernelInfo& info) {
+                                      const float alpha = info.float_attribute("alpha", 0.01f);
+                                      return float_activation([alpha](auto x) {
+                                        using F = decltype(x);
+                                        return x >= F(0) ? x : F(alpha) * x;
+                                      });
+                                    }};
+
+const KernelRegistration kElu{"", "Elu", 6, kLatestOpset, [](const KernelInfo& info) {
+                                const float alpha = info.float_attribute("alpha", 1.0f);
+                                return float_activation([alpha](auto x) {
+                                  using F = decltype(x);
+                                  return x >= F(0) ? x : F(alpha) * vector_math::expm1(x);
+                                });
+                              }};
+
+const KernelRegistration kSelu{"", "Selu", 6, kLatestOpset, [](const KernelInfo& info) {
+                                 const float alpha = info.float_attribute("alpha", 1.67326319217681884765625f);
+                                 const float gamma = info.float_attribute("gamma", 1.05070102214813232421875f);
+                                 return float_activation([alpha, gamma](auto x) {
+                                   using F = decltype(x);
+                                   return x > F(0) ? F(gamma) * x : F(gamma) * F(alpha) * vector_math::expm1(x);
+                                 });
+                               }};
+
+const KernelRegistration kCelu{"", "Celu", 12, kLatestOpset, [](const KernelInfo& info) {
+                                 const float alpha = info.float_attribute("alpha", 1.0f);
+                                 if (alpha == 0) info.fail("attribute 'alpha' is 0, expected a non-zero value");
+                                 return float_activation([alpha](auto x) {
+                                   using F = decltype(x);
+                                   return x > F(0) ? x : F(alpha) * vector_math::expm1(x / F(alpha));
+                                 });
+                               }};
+
+const KernelRegistration kThresholdedRelu{"", "ThresholdedRelu", 10, kLatestOpset, [](const KernelInfo& info) {
+                                            const float alpha = info.float_attribute("alpha", 1.0f);
+                                            return float_activation([alpha](auto x) {
+                                              using F = decltype(x);
+                                              return x > F(alpha) ? x : F(0);
+                                            });
+                                          }};
+
+const KernelRegistration kSigmoid{"", "Sigmoid", 6, kLatestOpset,
+                                  [](const KernelInfo&) { return float_activation([](auto x) { return vector_math::sigmoid(x); }); }};
+
+template <typename F>
+ONNXTRAIN_VECTOR_INLINE F hard_sigmoid(F x, F alpha, F beta) {
+  return std::max(F(0), std::min(F(1), alpha * x + beta));
+}
+
+const KernelRegistration kHardSigmoid{"", "HardSigmoid", 6, kLatestOpset, [](const KernelInfo& info) {
+                                        const float alpha = info.float_attribute("alpha", 0.2f);
+                                        const float beta = info.float_attribute("beta", 0.5f);
+                                        return float_activation([alpha, beta](auto x) {
+                                          using F = decltype(x);
+                                          return hard_sigmoid(x, F(alpha), F(beta));
+                                        });
+                                      }};
+
+const KernelRegistration kHardSwish{"", "HardSwish", 14, kLatestOpset, [](const KernelInfo&) {
+                                      return float_activation([](auto x) {
+                                        using F = decltype(x);
+                                        return x * hard_sigmoid(x, F(1) / F(6), F(0.5));
+                                      });
+                                    }};
+
+// log(1 + e^x) = max(x, 0) + log(1 + e^-|x|), which neither overflows nor loses small values.
+template <typename F>
+ONNXTRAIN_VECTOR_INLINE F softplus(F x) {
+  const F a = x < F(0) ? -x : x;
+  return std::max(x, F(0)) + vector_math::log1p_nonnegative(vector_math::exp(-a));
+}
+
+const KernelRegistration kSoftplus{"", "Softplus", 1, kLatestOpset,
+                                   [](const KernelInfo&) { return float_activation([](auto x) { return softplus(x); }); }};
+
+const KernelRegistration kSoftsign{"", "Softsign", 1, kLatestOpset, [](const KernelInfo&) {
+                                     return float_activation([](auto x) { return x / (decltype(x)(1) + std::abs(x)); });
+                                   }};
+
+const KernelRegistration kMish{"", "Mish", 18, kLatestOpset, [](const KernelInfo&) {
+                                 return float_activation([](auto x) { return x * vector_math::tanh(softplus(x)); });
+                               }};
+
+const KernelRegistration kGelu{
+    "", "Gelu", 20, kLatestOpset, [](const KernelInfo& info) -> std::unique_ptr<OpKernel> {
+      const std::string approximate = info.string_attribute("approximate", "none");
+      if (approximate == "none") {
+        return float_activation([](auto x) {
+          using F = decltype(x);
+          // 1 + erf(x / sqrt 2) as erfc(-x / sqrt 2): no cancellation for negative x.
+          return F(0.5) * x * vector_math::erfc(x * F(-0.70710678118654752440));
+        });
+      }
+      if (approximate == "tanh") {
+        return float_activation([](auto x) {
+          using F = decltype(x);
+          const F inner = F(0.79788456080286535588) * (x + F(0.044715) * x * x * x);  // sqrt(2/pi) (x + c x^3)
+          return F(0.5) * x * (F(1) + vector_math::tanh(inner));
+        });
+      }
+      info.fail("attribute 'approximate' is '" + approximate + "', expected 'none' or 'tanh'");
+    }};
+
+// y = x for x >= 0, slope * x otherwise; the slope broadcasts to x's shape (one direction only).
+const KernelRegistration kPRelu{
+    "", "PRelu", 7, kLatestOpset, [](const KernelInfo&) {
+      return make_kernel([](KernelContext& ctx) {
+        elementwise::require_same_dtype(ctx, 0, 1);
+        const Tensor& x = ctx.input(0);
+        const Tensor& slope = ctx.input(1);
+        if (broadcast_shapes(x.shape(), slope.shape()) != x.shape()) {
+          ctx.fail("input 1 (slope) has shape " + shape_string(slope.shape()) + ", which does not broadcast to X's shape " +
+                   shape_string(x.shape()));
+        }
+        dispatch<ONNXTRAIN_FLOAT_TYPES, ONNXTRAIN_SIGNED_INT_TYPES>(x.dtype(), "PRelu", [&]<typename T>() {
+          binary<T, T, T>(ctx, [](auto v, auto s) { return v < decltype(v)(0) ? s * v : v; });
+        });
+      });
+    }};
+
+// ---- Dropout ----
+
+// Output 1 (the mask), when the graph uses it, filled with "keep" (true, or 1 before opset 10).
+void keep_everything(KernelContext& ctx, DType mask_dtype) {
+  if (!ctx.has_output(1)) return;
+  Tensor& mask = ctx.allocate_output(1, mask_dtype, ctx.input(0).shape());
+  dispatch<ONNXTRAIN_FLOAT_TYPES, bool>(mask_dtype, "Dropout mask", [&]<typename M>() {
+    M* m = mask.data<M>();
+    const M one = static_cast<M>(1.0f);
+    parallel_for(mask.numel(), elementwise::kGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) m[i] = one;
+    });
+  });
+}
+
+// Opset 7-11 have no training mode: at inference Dropout passes its input through.
+const KernelRegistration kDropout7{"", "Dropout", 7, 11, [](const KernelInfo& info) {
+                                     const float ratio = info.float_attribute("ratio", 0.5f);
+                                     if (!(ratio >= 0 && ratio < 1)) {
+                                       info.fail("attribute 'ratio' is " + std::to_string(ratio) +
+                                                 ", expected a value in [0, 1)");
+                                     }
+                                     const bool typed_mask = info.opset() < 10;  // mask has the data's type
+                                     return make_kernel([typed_mask](KernelContext& ctx) {
+                                       ctx.set_output(0, ctx.input(0));
+                                       keep_everything(ctx, typed_mask ? ctx.input(0).dtype() : DType::kBool);
+                                     });
+                                   }};
+
+// A counter-based generator: each element's draw is a hash of (stream, index), so the
+// mask is the same however the work is split across threads.
+inline uint64_t mix64(uint64_t z) {  // splitmix64's finalizer
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Opset 12+: ratio and training_mode are optional inputs; in training mode a random mask
+// keeps each element with probability 1 - ratio and scales the kept ones by 1 / (1 - ratio).
+class Dropout12 final : public OpKernel {
+ public:
+  explicit Dropout12(const KernelInfo& info) {
+    // Without a seed every kernel draws its own stream; with one the masks repeat per run.
+    seed_ = info.has_attribute("seed") ? static_cast<uint64_t>(info.int_attribute("seed"))
+                                       : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  }
+
+  void compute(KernelContext& ctx) override {
+    const double ratio = read_ratio(ctx);
+    const bool training = read_training_mode(ctx);
+    if (!training || ratio == 0) {
+      ctx.set_output(0, ctx.input(0));
+      keep_everything(ctx, DType::kBool);
+      return;
+    }
+    // Draws 24-bit uniforms u in [0, 1); an element is kept when u >= ratio.
+    const auto threshold = static_cast<uint32_t>(std::ceil(ratio * double(1u << 24)));
+    const uint64_t stream = mix64(seed_ + 0x9e3779b97f4a7c15ull * (runs_.fetch_add(1) + 1));
+    const Tensor& x = ctx.input(0);
+    Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
+    Tensor mask = ctx.has_output(1) ? ctx.allocate_output(1, DType::kBool, x.shape())
+                                    : ctx.allocate_scratch(DType::kBool, x.shape());
+    bool* keep = mask.data<bool>();
+    parallel_for(x.numel(), elementwise::kGrain, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        keep[i] = static_cast<uint32_t>(mix64(stream + static_cast<uint64_t>(i)) >> 40) >= threshold;
+      }
+    });
+    dispatch<ONNXTRAIN_FLOAT_TYPES>(x.dtype(), "Dropout", [&]<typename T>() {
+      using F = compute_type_t<T>;
+      const F scale = static_cast<F>(1.0 / (1.0 - ratio));
+      elementwise::broadcast_map(y.data<T>(), x.shape(), [scale](F v, bool k) { return k ? v * scale : F(0); },
+                                 elementwise::Operand<T>{x.data<T>(), &x.shape()},
+                                 elementwise::Operand<bool>{keep, &x.shape()});
+    });
+  }
+
+ private:
+  static double read_ratio(KernelContext& ctx) {
+    if (!ctx.has_input(1)) return 0.5;
+    const Tensor& r = ctx.input(1);
+    if (r.numel() != 1 || !is_floating(r.dtype())) {
+      ctx.fail("input 1 (ratio) is a " + std::string(dtype_name(r.dtype())) + " tensor of shape " +
+               shape_string(r.shape()) + ", expected a floating-point scalar");
+    }
+    double ratio = 0;
+    dispatch<ONNXTRAIN_FLOAT_TYPES>(r.dtype(), "Dropout ratio",
+                                    [&]<typename T>() { ratio = static_cast<double>(compute_type_t<T>(r.data<T>()[0])); });
+    if (!(ratio >= 0 && ratio < 1)) ctx.fail("input 1 (ratio) is " + std::to_string(ratio) + ", expected a value in [0, 1)");
+    return ratio;
+  }
+
+  static bool read_training_mode(KernelContext& ctx) {
+    if (!ctx.has_input(2)) return false;
+    const Tensor& t = ctx.input(2);
+    if (t.numel() != 1 || t.dtype() != DType::kBool) {
+      ctx.fail("input 2 (training_mode) is a " + std::string(dtype_name(t.dtype())) + " tensor of shape " +
+               shape_string(t.shape()) + ", expected a bool scalar");
+    }
+    return t.data<bool>()[0];
+  }
+
+  uint64_t seed_ = 0;
+  std::atomic<uint64_t> runs_{0};
+};
+
+const KernelRegistration kDropout12{"", "Dropout", 12, kLatestOpset, [](const KernelInfo& info) {
+                                      return std::make_unique<Dropout12>(info);
+                                    }};
+
+}  // namespace
+}  // namespace onnxtrain

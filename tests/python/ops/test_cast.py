@@ -1,0 +1,222 @@
+"""Cast and CastLike between every element type onnxtrain holds, against onnxruntime (and
+onnx.reference / exact arithmetic where onnxruntime differs or has no kernel).
+
+Values are exact in both types unless a test is about rounding, so results are compared
+exactly; the rounding tests state the correctly rounded result. Floating point to
+integer out of range is undefined in ONNX: onnxtrain saturates (NaN gives 0)."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+import onnxtrain
+from op_harness import check_op, make_model, run_reference
+
+rng = np.random.default_rng(2)
+
+FLOATS = [np.float32, np.float64, np.float16]
+SIGNED = [np.int8, np.int16, np.int32, np.int64]
+UNSIGNED = [np.uint8, np.uint16, np.uint32, np.uint64]
+TYPES = FLOATS + SIGNED + UNSIGNED + [np.bool_]
+
+
+def name(t):
+    return np.dtype(t).name
+
+
+def onnx_type(t):
+    return helper.np_dtype_to_tensor_dtype(np.dtype(t))
+
+
+def sample(source, target):
+    """Values of `source` that `target` can hold exactly (after truncation toward zero)."""
+    s, t = np.dtype(source), np.dtype(target)
+    if s == np.bool_:
+        return np.array([[True, False, True], [False, False, True]])
+    values = [0, 1, 2, 3, 100, 127]
+    if s.kind in "iu" and t.kind in "iu":
+        values += [-1, -100] if s.kind == "i" else []  # wrap into unsigned targets like numpy
+    elif s.kind == "f" and t.kind != "u":
+        values += [-1, -100, -2.75] if t.kind != "b" else [-0.5]
+    if s.kind == "f" and t.kind in "iub":
+        values += [2.75, 0.5]
+    return np.array(values, s).reshape(-1, 1 if len(values) % 2 else 2)
+
+
+def check_cast(x, to, *, opset=13, expected=None, attrs=None):
+    return check_op("Cast", {"x": x}, {"to": onnx_type(to), **(attrs or {})}, opset=opset, expected=expected, rtol=0,
+                    atol=0)
+
+
+@pytest.mark.parametrize("source", TYPES, ids=name)
+@pytest.mark.parametrize("target", TYPES, ids=name)
+def test_cast_every_pair(source, target):
+    check_cast(sample(source, target), target)
+
+
+@pytest.mark.parametrize("target", [np.int8, np.uint8, np.int16, np.uint16, np.uint32])
+def test_cast_wraps_between_integers(target):
+    check_cast(np.array([300, -129, 65536, -1, 2**31 - 1, -(2**31)], np.int32), target)
+    check_cast(np.array([2**40 + 5, -(2**40) - 7], np.int64), target)
+
+
+@pytest.mark.parametrize("source", FLOATS, ids=name)
+@pytest.mark.parametrize("target", SIGNED, ids=name)
+def test_cast_float_to_int_truncates_toward_zero(source, target):
+    x = np.array([-2.9, -2.5, -0.9, -0.0, 0.9, 2.5, 2.9, 99.99], source)
+    check_cast(x, target)
+
+
+@pytest.mark.parametrize("source", [np.float32, np.float64], ids=name)
+@pytest.mark.parametrize("target", SIGNED + UNSIGNED, ids=name)
+def test_cast_float_to_int_saturates(source, target):
+    info = np.iinfo(target)
+    x = np.array([np.nan, np.inf, -np.inf, 1e30, -1e30, -1.0], source)
+    expected = np.array([0, info.max, info.min, info.max, info.min, max(-1, info.min)], target)
+    check_cast(x, target, expected=[expected])
+
+
+def test_cast_to_bool():
+    x = np.array([0.0, -0.0, 0.5, -2, np.nan, np.inf], np.float32)
+    check_cast(x, np.bool_)
+    check_cast(np.array([0, 1, -1, 256], np.int64), np.bool_)
+
+
+def test_cast_double_to_float16_rounds_once():
+    # Just above a tie between two float16 values: rounding through float32 lands on the
+    # tie and then rounds to even (down); the correctly rounded result is up.
+    ulp = 2.0**-10
+    x = np.array([1 + ulp / 2 + 1e-12, 1 + ulp / 2 - 1e-12, 1 + ulp / 2, 1 + 3 * ulp / 2, 65519.99, 65520.0, 1e-8,
+                  -(1 + ulp / 2 + 1e-12), np.nan, -np.inf], np.float64)
+    with np.errstate(over="ignore"):
+        expected = x.astype(np.float16)
+    check_cast(x, np.float16, expected=[expected])
+
+
+@pytest.mark.parametrize("source", [np.int32, np.int64, np.uint32, np.uint64], ids=name)
+def test_cast_large_integers_to_float16_and_float32(source):
+    x = np.array([2049, 2051, 65504, 65519, 65520, 2**24 + 1, 2**24 + 3, 2**31 - 1], source)
+    with np.errstate(over="ignore"):
+        expected = x.astype(np.float64).astype(np.float16)
+    check_cast(x, np.float16, expected=[expected])
+    check_cast(x, np.float32, expected=[x.astype(np.float32)])
+
+
+@pytest.mark.parametrize("opset", [6, 9, 13, 19, 21, 23, 24])
+def test_cast_opsets(opset):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    check_op("Cast", {"x": x}, {"to": TensorProto.DOUBLE}, opset=opset,
+             reference="onnxruntime" if opset <= 23 else "onnx.reference")
+    check_op("Cast", {"x": x * 100}, {"to": TensorProto.INT32}, opset=opset,
+             reference="onnxruntime" if opset <= 23 else "onnx.reference")
+
+
+@pytest.mark.parametrize("saturate", [0, 1])
+def test_cast_ignores_saturate_outside_float8(saturate):
+    # (onnxruntime refuses saturate=0 here; the spec says it only matters for float8 targets.)
+    x = np.array([1e6, -3.5], np.float32)
+    with np.errstate(over="ignore"):
+        expected = x.astype(np.float16)
+    check_cast(x, np.float16, opset=19, attrs={"saturate": saturate}, expected=[expected])
+
+
+def test_cast_to_the_same_type_and_shapes():
+    check_cast(np.arange(6, dtype=np.int64).reshape(2, 3), np.int64)
+    check_cast(np.array(2.5, np.float32), np.float64)
+    check_cast(np.zeros((0, 4), np.float32), np.int8)
+    check_cast(rng.standard_normal(100003).astype(np.float32), np.float16)
+    check_cast(rng.standard_normal(100003).astype(np.float16), np.float32)
+
+
+@pytest.mark.parametrize("to", [TensorProto.STRING, TensorProto.FLOAT8E4M3FN, 999])
+def test_cast_rejects_types_onnxtrain_cannot_hold(to):
+    model = make_model("Cast", {"x": np.ones(2, np.float32)}, {"to": to}, opset=21)
+    with pytest.raises((ValueError, RuntimeError), match=f"attribute 'to' is element type {to}, which onnxtrain cannot hold"):
+        onnxtrain.InferenceSession(model.SerializeToString()).run(None, {"x": np.ones(2, np.float32)})
+
+
+def test_cast_rejects_a_missing_to():
+    model = make_model("Cast", {"x": np.ones(2, np.float32)}, opset=21)
+    with pytest.raises((ValueError, RuntimeError), match="required attribute 'to' is missing"):
+        onnxtrain.InferenceSession(model.SerializeToString()).run(None, {"x": np.ones(2, np.float32)})
+
+
+# ---- bfloat16: cast inside the model (feeds and outputs stay numpy types) ----
+
+
+def run_chain(x, *types, opset=21):
+    """x cast through each of `types` in turn, inside one model; returns onnxtrain's result
+    and onnx.reference's."""
+    nodes, previous = [], "x"
+    for i, t in enumerate(types):
+        nodes.append(helper.make_node("Cast", [previous], [f"c{i}"], to=t))
+        previous = f"c{i}"
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", onnx_type(x.dtype), x.shape)],
+                              [helper.make_tensor_value_info(previous, types[-1], None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+    from onnx.reference import ReferenceEvaluator
+
+    ours = onnxtrain.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    return ours, ReferenceEvaluator(model).run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("other", [t for t in TYPES if t != np.bool_], ids=name)
+def test_cast_bfloat16_round_trips(other):
+    x = np.array([0, 1, 2, 3, 100, 120, 0.5, 3.25] if np.dtype(other).kind == "f" else [0, 1, 2, 3, 100, 120], other)
+    ours, theirs = run_chain(x, TensorProto.BFLOAT16, onnx_type(other))
+    np.testing.assert_array_equal(ours, theirs)
+    assert ours.dtype == theirs.dtype == x.dtype
+
+
+def test_cast_bfloat16_rounds_to_nearest_even():
+    x = np.array([1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-20, 3.4e38, -7.1, np.nan, np.inf], np.float32)
+    ours, _ = run_chain(x, TensorProto.BFLOAT16, TensorProto.FLOAT)
+    np.testing.assert_array_equal(ours, x.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_cast_bfloat16_and_float16_and_bool():
+    x = np.array([0, 1.5, -2.25, 1000, 0.0001], np.float32)
+    ours, theirs = run_chain(x, TensorProto.BFLOAT16, TensorProto.FLOAT16, TensorProto.FLOAT)
+    np.testing.assert_array_equal(ours, theirs)
+    ours, theirs = run_chain(x, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.FLOAT)
+    np.testing.assert_array_equal(ours, theirs)
+    ours, theirs = run_chain(x, TensorProto.BFLOAT16, TensorProto.BOOL)
+    np.testing.assert_array_equal(ours, theirs)
+
+
+def test_cast_integers_and_doubles_to_bfloat16_round_once():
+    # 2^24 + 2^16 + 1 is above the tie between two bfloat16 values; through float32 it would
+    # land on the tie and round to even (down).
+    x = np.array([2**24 + 2**16 + 1, -(2**24 + 2**16 + 1), 2**24 + 2**16], np.int64)
+    ours, _ = run_chain(x, TensorProto.BFLOAT16, TensorProto.DOUBLE)
+    np.testing.assert_array_equal(ours, [2**24 + 2**17, -(2**24 + 2**17), 2**24])
+    d = np.array([1 + 2**-8 + 1e-12], np.float64)
+    ours, _ = run_chain(d, TensorProto.BFLOAT16, TensorProto.DOUBLE)
+    np.testing.assert_array_equal(ours, [1 + 2**-7])
+
+
+# ---- CastLike ----
+
+
+@pytest.mark.parametrize("source", TYPES, ids=name)
+@pytest.mark.parametrize("target", [np.float32, np.float16, np.int64, np.uint8, np.bool_], ids=name)
+@pytest.mark.parametrize("opset", [15, 21])
+def test_castlike(source, target, opset):
+    check_op("CastLike", {"x": sample(source, target), "like": np.zeros(3, target)}, opset=opset, rtol=0, atol=0)
+
+
+def test_castlike_bfloat16_target():
+    nodes = [helper.make_node("Cast", ["l"], ["lb"], to=TensorProto.BFLOAT16),
+             helper.make_node("CastLike", ["x", "lb"], ["y"]),
+             helper.make_node("Cast", ["y"], ["out"], to=TensorProto.FLOAT)]
+    graph = helper.make_graph(
+        nodes, "castlike",
+        [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [4]), helper.make_tensor_value_info("l", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=10)
+    x = np.array([1.0, 1 + 2**-9, 300.7, -2.5], np.float64)
+    ours = onnxtrain.InferenceSession(model.SerializeToString()).run(None, {"x": x, "l": np.zeros(1, np.float32)})[0]
+    np.testing.assert_array_equal(ours, x.astype(ml_dtypes.bfloat16).astype(np.float32))
