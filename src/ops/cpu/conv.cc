@@ -1,0 +1,636 @@
+// Convolutions: Conv and ConvTranspose over 1 to 3 spatial dimensions, with groups
+// (depthwise included), strides, dilations, explicit pads and auto_pad.
+//
+// float32 and bfloat16 run on oneDNN's convolution / deconvolution primitives, in the
+// layouts oneDNN prefers (blocked, e.g. nChw16c): the input is reordered in and the output
+// out per run, and a constant weight tensor is reordered once per shape. float16 runs
+// there through float32; float64 runs a direct loop.
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "core/dispatch.h"
+#include "ops/cpu/onednn.h"
+#include "ops/kernel_registry.h"
+
+namespace onnxtrain {
+namespace {
+
+using onednn::memory;
+
+enum class AutoPad { kNotSet, kSameUpper, kSameLower, kValid };
+
+AutoPad parse_auto_pad(const KernelInfo& info) {
+  const std::string s = info.string_attribute("auto_pad", "NOTSET");
+  if (s == "NOTSET" || s.empty()) return AutoPad::kNotSet;
+  if (s == "SAME_UPPER") return AutoPad::kSameUpper;
+  if (s == "SAME_LOWER") return AutoPad::kSameLower;
+  if (s == "VALID") return AutoPad::kValid;
+  info.fail("auto_pad is '" + s + "', expected NOTSET, SAME_UPPER, SAME_LOWER or VALID");
+}
+
+int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+std::string list_string(const std::vector<int64_t>& v) { return shape_string(v); }
+
+struct ConvAttributes {
+  AutoPad auto_pad = AutoPad::kNotSet;
+  int64_t group = 1;
+  std::vector<int64_t> kernel_shape, dilations, strides, pads;
+  std::vector<int64_t> output_padding, output_shape;  // ConvTranspose only
+
+  ConvAttributes(const KernelInfo& info, bool transpose) {
+    auto_pad = parse_auto_pad(info);
+    group = info.int_attribute("group", 1);
+    if (group < 1) info.fail("group is " + std::to_string(group) + ", expected 1 or more");
+    kernel_shape = info.ints_attribute("kernel_shape", std::vector<int64_t>{});
+    dilations = info.ints_attribute("dilations", std::vector<int64_t>{});
+    strides = info.ints_attribute("strides", std::vector<int64_t>{});
+    pads = info.ints_attribute("pads", std::vector<int64_t>{});
+    if (transpose) {
+      output_padding = info.ints_attribute("output_padding", std::vector<int64_t>{});
+      output_shape = info.ints_attribute("output_shape", std::vector<int64_t>{});
+    }
+    for (int64_t d : dilations)
+      if (d < 1) info.fail("dilations " + list_string(dilations) + " must all be 1 or more");
+    for (int64_t s : strides)
+      if (s < 1) info.fail("strides " + list_string(strides) + " must all be 1 or more");
+    for (int64_t p : pads)
+      if (p < 0) info.fail("pads " + list_string(pads) + " must not be negative");
+  }
+};
+
+// The resolved geometry of one call: everything per spatial axis, pads possibly
+// negative (ConvTranspose with an output_shape larger than the full result).
+struct ConvGeometry {
+  int64_t n = 0, c = 0, m = 0, group = 1;
+  std::vector<int64_t> in, kernel, out, strides, dilations, pad_begin, pad_end;
+  Shape out_shape;
+  size_t spatial() const { return in.size(); }
+};
+
+// Reads an optional per-axis attribute: absent means `fallback` on every axis.
+std::vector<int64_t> per_axis(KernelContext& ctx, const std::vector<int64_t>& v, size_t axes, int64_t fallback,
+                              const char* name) {
+  if (v.empty()) return std::vector<int64_t>(axes, fallback);
+  if (v.size() != axes) {
+    ctx.fail(std::string(name) + " " + list_string(v) + " has " + std::to_string(v.size()) + " values, expected " +
+             std::to_string(axes) + " (one per spatial axis)");
+  }
+  return v;
+}
+
+// Checks X and W and fills the parts of the geometry common to Conv and ConvTranspose.
+ConvGeometry common_geometry(KernelContext& ctx, const ConvAttributes& attrs, const Tensor& x, const Tensor& w,
+                             bool transpose) {
+  if (x.rank() < 3) ctx.fail("X must be [N, C, spatial...] with 1 or more spatial axes, got " + shape_string(x.shape()));
+  if (w.rank() != x.rank()) {
+    ctx.fail("W " + shape_string(w.shape()) + " must have the rank of X " + shape_string(x.shape()));
+  }
+  if (x.dtype() != w.dtype()) {
+    ctx.fail("X is " + std::string(dtype_name(x.dtype())) + " but W is " + std::string(dtype_name(w.dtype())) +
+             "; they must have the same element type");
+  }
+  ConvGeometry g;
+  const size_t axes = x.rank() - 2;
+  if (axes > 3) ctx.fail("X " + shape_string(x.shape()) + " has " + std::to_string(axes) +
+                         " spatial axes; onnxtrain convolves over 1 to 3");
+  g.n = x.dim(0);
+  g.c = x.dim(1);
+  g.group = attrs.group;
+  if (g.c % g.group != 0) {
+    ctx.fail("X has " + std::to_string(g.c) + " channels, not a multiple of group " + std::to_string(g.group));
+  }
+  if (transpose) {
+    if (w.dim(0) != g.c) {
+      ctx.fail("W " + shape_string(w.shape()) + " must have X's " + std::to_string(g.c) +
+               " input channels in its first dimension");
+    }
+    g.m = w.dim(1) * g.group;
+  } else {
+    if (w.dim(1) * g.group != g.c) {
+      ctx.fail("W " + shape_string(w.shape()) + " expects " + std::to_string(w.dim(1) * g.group) +
+               " input channels (W[1] * group " + std::to_string(g.group) + "), X " + shape_string(x.shape()) +
+               " has " + std::to_string(g.c));
+    }
+    g.m = w.dim(0);
+    if (g.m % g.group != 0) {
+      ctx.fail("W has " + std::to_string(g.m) + " output channels, not a multiple of group " + std::to_string(g.group));
+    }
+  }
+  g.in.assign(x.shape().begin() + 2, x.shape().end());
+  g.kernel.assign(w.shape().begin() + 2, w.shape().end());
+  if (!attrs.kernel_shape.empty() && attrs.kernel_shape != g.kernel) {
+    ctx.fail("kernel_shape " + list_string(attrs.kernel_shape) + " does not match W " + shape_string(w.shape()));
+  }
+  g.strides = per_axis(ctx, attrs.strides, axes, 1, "strides");
+  g.dilations = per_axis(ctx, attrs.dilations, axes, 1, "dilations");
+  if (!attrs.pads.empty() && attrs.pads.size() != 2 * axes) {
+    ctx.fail("pads " + list_string(attrs.pads) + " has " + std::to_string(attrs.pads.size()) + " values, expected " +
+             std::to_string(2 * axes) + " (begin and end per spatial axis)");
+  }
+  g.pad_begin.assign(axes, 0);
+  g.pad_end.assign(axes, 0);
+  if (!attrs.pads.empty() && attrs.auto_pad == AutoPad::kNotSet) {
+    for (size_t i = 0; i < axes; ++i) {
+      g.pad_begin[i] = attrs.pads[i];
+      g.pad_end[i] = attrs.pads[axes + i];
+    }
+  }
+  return g;
+}
+
+ConvGeometry conv_geometry(KernelContext& ctx, const ConvAttributes& attrs, const Tensor& x, const Tensor& w) {
+  ConvGeometry g = common_geometry(ctx, attrs, x, w, false);
+  g.out.resize(g.spatial());
+  for (size_t i = 0; i < g.spatial(); ++i) {
+    const int64_t extent = (g.kernel[i] - 1) * g.dilations[i] + 1;
+    const int64_t s = g.strides[i];
+    switch (attrs.auto_pad) {
+      case AutoPad::kSameUpper:
+      case AutoPad::kSameLower: {
+        g.out[i] = (g.in[i] + s - 1) / s;
+        const int64_t total = std::max<int64_t>(0, (g.out[i] - 1) * s + extent - g.in[i]);
+        const int64_t small = total / 2;
+        g.pad_begin[i] = attrs.auto_pad == AutoPad::kSameUpper ? small : total - small;
+        g.pad_end[i] = total - g.pad_begin[i];
+        break;
+      }
+      case AutoPad::kValid:
+      case AutoPad::kNotSet: {
+        const int64_t span = g.in[i] + g.pad_begin[i] + g.pad_end[i] - extent;
+        g.out[i] = span < 0 ? 0 : span / s + 1;
+        if (span < 0 && g.in[i] > 0) {
+          ctx.fail("the dilated kernel (extent " + std::to_string(extent) + ") is larger than the padded input (" +
+                   std::to_string(g.in[i] + g.pad_begin[i] + g.pad_end[i]) + ") on spatial axis " +
+                   std::to_string(i) + " of X " + shape_string(x.shape()));
+        }
+        break;
+      }
+    }
+  }
+  g.out_shape = {g.n, g.m};
+  g.out_shape.insert(g.out_shape.end(), g.out.begin(), g.out.end());
+  return g;
+}
+
+ConvGeometry conv_transpose_geometry(KernelContext& ctx, const ConvAttributes& attrs, const Tensor& x,
+                                     const Tensor& w) {
+  ConvGeometry g = common_geometry(ctx, attrs, x, w, true);
+  const size_t axes = g.spatial();
+  const std::vector<int64_t> output_padding = per_axis(ctx, attrs.output_padding, axes, 0, "output_padding");
+  std::vector<int64_t> target;  // the requested output size per axis, when one is given
+  if (!attrs.output_shape.empty()) {
+    if (attrs.output_shape.size() != axes && attrs.output_shape.size() != axes + 2) {
+      ctx.fail("output_shape " + list_string(attrs.output_shape) + " has " +
+               std::to_string(attrs.output_shape.size()) + " values, expected " + std::to_string(axes));
+    }
+    target.assign(attrs.output_shape.end() - static_cast<int64_t>(axes), attrs.output_shape.end());
+  } else if (attrs.auto_pad == AutoPad::kSameUpper || attrs.auto_pad == AutoPad::kSameLower) {
+    target.resize(axes);
+    for (size_t i = 0; i < axes; ++i) target[i] = g.in[i] * g.strides[i];
+  }
+  g.out.resize(axes);
+  for (size_t i = 0; i < axes; ++i) {
+    if (output_padding[i] < 0) ctx.fail("output_padding " + list_string(output_padding) + " must not be negative");
+    const int64_t extent = (g.kernel[i] - 1) * g.dilations[i] + 1;
+    const int64_t full = g.strides[i] * (g.in[i] - 1) + output_padding[i] + extent;
+    if (!target.empty()) {
+      // The spec: pads follow from the requested size; an odd total puts the extra at
+      // the end, except for SAME_UPPER. A negative total widens the result.
+      const int64_t total = full - target[i];
+      const int64_t half = floor_div(total, 2);
+      if (attrs.auto_pad == AutoPad::kSameUpper) {
+        g.pad_begin[i] = half;
+        g.pad_end[i] = total - half;
+      } else {
+        g.pad_begin[i] = total - half;
+        g.pad_end[i] = half;
+      }
+      g.out[i] = target[i];
+    } else {
+      g.out[i] = full - g.pad_begin[i] - g.pad_end[i];
+    }
+    if (g.out[i] < 0) {
+      ctx.fail("pads " + list_string(attrs.pads) + " are larger than the output (" + std::to_string(full) +
+               ") on spatial axis " + std::to_string(i));
+    }
+    // output_padding extends the end; it shows as a smaller end pad.
+    g.pad_end[i] -= output_padding[i];
+  }
+  g.out_shape = {g.n, g.m};
+  g.out_shape.insert(g.out_shape.end(), g.out.begin(), g.out.end());
+  return g;
+}
+
+// ---- oneDNN path ----
+
+memory::dims to_dims(const std::vector<int64_t>& v) { return memory::dims(v.begin(), v.end()); }
+
+// Weights as oneDNN sees them, over ONNX's bytes. Conv W is [M, C/g, k...] and oneDNN's
+// [g, M/g, C/g, k...] is the same memory. ConvTranspose W is [C, M/g, k...] while oneDNN's
+// deconvolution wants [g, M/g, C/g, k...]: the same bytes read with swapped strides.
+memory::desc weights_desc(const ConvGeometry& g, memory::data_type type, bool transpose) {
+  const int64_t k = shape_size(g.kernel);
+  const int64_t in_per_group = g.c / g.group, out_per_group = g.m / g.group;
+  memory::dims dims = {out_per_group, in_per_group};
+  memory::dims strides = transpose ? memory::dims{k, out_per_group * k} : memory::dims{in_per_group * k, k};
+  if (g.group > 1) {
+    dims.insert(dims.begin(), g.group);
+    strides.insert(strides.begin(), in_per_group * out_per_group * k);
+  }
+  const memory::dims kernel_strides = onednn::plain_strides(to_dims(g.kernel));
+  dims.insert(dims.end(), g.kernel.begin(), g.kernel.end());
+  strides.insert(strides.end(), kernel_strides.begin(), kernel_strides.end());
+  return memory::desc(dims, type, strides);
+}
+
+// A prepared convolution: the primitive, the layouts it computes in, and the constant
+// weights already in its layout.
+struct PreparedConv {
+  dnnl::primitive primitive;
+  memory::desc src_user, src, weights_user, weights, bias, dst_user, dst;
+  Tensor packed_weights;  // defined when W is constant
+  // The per-run layout changes, where the primitive's layouts differ from the plain ones.
+  std::optional<onednn::Reorder> src_in, weights_in, dst_out;
+};
+
+template <typename PrimitiveDesc>
+PreparedConv finish_prepare(const PrimitiveDesc& pd, dnnl::primitive primitive, const memory::desc& src_user,
+                            const memory::desc& weights_user, const memory::desc& bias,
+                            const memory::desc& dst_user, const void* constant_weights) {
+  PreparedConv p;
+  p.primitive = std::move(primitive);
+  p.src_user = src_user;
+  p.src = pd.src_desc();
+  p.weights_user = weights_user;
+  p.weights = pd.weights_desc();
+  p.bias = bias;
+  p.dst_user = dst_user;
+  p.dst = pd.dst_desc();
+  if (constant_weights) {
+    p.packed_weights = Tensor::empty(DType::kUInt8, {static_cast<int64_t>(p.weights.get_size())});
+    onednn::reorder(weights_user, constant_weights, p.weights, p.packed_weights.raw_data());
+  } else if (p.weights != weights_user) {
+    p.weights_in.emplace(weights_user, p.weights);
+  }
+  if (p.src != src_user) p.src_in.emplace(src_user, p.src);
+  if (p.dst != dst_user) p.dst_out.emplace(p.dst, dst_user);
+  return p;
+}
+
+// oneDNN wants dilation as the number of skipped elements (ONNX dilation - 1), and does
+// not take negative pads (the caller clamps those and crops).
+memory::dims dilation_dims(const ConvGeometry& g) {
+  memory::dims d;
+  for (int64_t v : g.dilations) d.push_back(v - 1);
+  return d;
+}
+
+// The channel-blocked layout (nCw16c, nChw16c, nCdhw16c) for a tensor of `rank` dims.
+memory::format_tag blocked_tag(size_t rank) {
+  switch (rank) {
+    case 3: return memory::format_tag::nCw16c;
+    case 4: return memory::format_tag::nChw16c;
+    default: return memory::format_tag::nCdhw16c;
+  }
+}
+
+// Creates the primitive descriptor for `layout` (src and dst descriptors); empty when oneDNN
+// has no implementation or only its reference one.
+template <typename PrimitiveDesc, typename Desc>
+PrimitiveDesc try_pd(const Desc& desc) {
+  try {
+    PrimitiveDesc pd(desc, onednn::engine(), true);
+    if (pd && !onednn::is_reference(pd)) return pd;
+  } catch (const dnnl::error&) {
+  }
+  return PrimitiveDesc();
+}
+
+PreparedConv prepare_conv(const ConvGeometry& g, memory::data_type type, bool has_bias, bool transpose,
+                          const void* constant_weights) {
+  const memory::dims src_dims = [&] {
+    memory::dims d = {g.n, g.c};
+    d.insert(d.end(), g.in.begin(), g.in.end());
+    return d;
+  }();
+  const memory::dims dst_dims = to_dims(g.out_shape);
+  const memory::desc src_user = onednn::plain_desc(src_dims, type);
+  const memory::desc dst_user = onednn::plain_desc(dst_dims, type);
+  const memory::desc weights_user = weights_desc(g, type, transpose);
+  const memory::desc bias = has_bias ? onednn::plain_desc({g.m}, type) : memory::desc();
+  const memory::desc weights_any = onednn::any_desc(weights_user.dims(), type);
+  const auto prop = dnnl::prop_kind::forward_inference;
+  const memory::dims strides = to_dims(g.strides), dilation = dilation_dims(g);
+  const memory::dims pad_l = to_dims(g.pad_begin), pad_r = to_dims(g.pad_end);
+  // Layouts to try, best first. Measured on AVX-512 (oneDNN 2.6): channel-blocked src/dst
+  // (jit direct and depthwise kernels) beat the NHWC brgemm kernels oneDNN picks for
+  // format_tag::any, reorders included. With few input channels (a network's first
+  // layer) the jit kernel reads plain NCHW input and writes blocked output.
+  std::vector<std::pair<memory::desc, memory::desc>> layouts;
+  const memory::desc dst_blocked(dst_dims, type, blocked_tag(dst_dims.size()));
+  if (g.c >= 16 && g.m >= 16) {
+    layouts.emplace_back(memory::desc(src_dims, type, blocked_tag(src_dims.size())), dst_blocked);
+  } else if (g.m >= 16 && g.group == 1) {  // few input channels: read X as it is
+    layouts.emplace_back(src_user, dst_blocked);
+  }
+  layouts.emplace_back(onednn::any_desc(src_dims, type), onednn::any_desc(dst_dims, type));
+  for (size_t i = 0; i < layouts.size(); ++i) {
+    const auto& [src, dst] = layouts[i];
+    const bool last = i + 1 == layouts.size();
+    if (transpose) {
+      dnnl::deconvolution_forward::desc desc(prop, dnnl::algorithm::deconvolution_direct, src, weights_any, bias, dst,
+                                             strides, dilation, pad_l, pad_r);
+      auto pd = last ? dnnl::deconvolution_forward::primitive_desc(desc, onednn::engine())
+                     : try_pd<dnnl::deconvolution_forward::primitive_desc>(desc);
+      if (pd) return finish_prepare(pd, dnnl::deconvolution_forward(pd), src_user, weights_user, bias, dst_user,
+                                    constant_weights);
+    } else {
+      dnnl::convolution_forward::desc desc(prop, dnnl::algorithm::convolution_direct, src, weights_any, bias, dst,
+                                           strides, dilation, pad_l, pad_r);
+      auto pd = last ? dnnl::convolution_forward::primitive_desc(desc, onednn::engine())
+                     : try_pd<dnnl::convolution_forward::primitive_desc>(desc);
+      if (pd) return finish_prepare(pd, dnnl::convolution_forward(pd), src_user, weights_user, bias, dst_user,
+                                    constant_weights);
+    }
+  }
+  throw Error("no oneDNN convolution for this shape", ErrorKind::kRuntime);  // unreachable: the last try throws
+}
+
+// Runs a prepared convolution on caller buffers in the plain layouts, reordering through
+// scratch memory where the primitive computes in other layouts.
+void run_conv(KernelContext& ctx, const PreparedConv& p, const void* x, const void* w, const void* bias, void* y) {
+  std::unordered_map<int, memory> args;
+  Tensor src_buffer, weights_buffer, dst_buffer;
+  if (p.src_in) {
+    src_buffer = onednn::scratch_bytes(ctx, p.src.get_size());
+    p.src_in->run(x, src_buffer.raw_data());
+    x = src_buffer.raw_data();
+  }
+  args[DNNL_ARG_SRC] = onednn::wrap(p.src, x);
+  if (p.packed_weights.defined()) {
+    w = p.packed_weights.raw_data();
+  } else if (p.weights_in) {
+    weights_buffer = onednn::scratch_bytes(ctx, p.weights.get_size());
+    p.weights_in->run(w, weights_buffer.raw_data());
+    w = weights_buffer.raw_data();
+  }
+  args[DNNL_ARG_WEIGHTS] = onednn::wrap(p.weights, w);
+  if (bias) args[DNNL_ARG_BIAS] = onednn::wrap(p.bias, bias);
+  if (p.dst_out) dst_buffer = onednn::scratch_bytes(ctx, p.dst.get_size());
+  args[DNNL_ARG_DST] = onednn::wrap(p.dst, p.dst_out ? dst_buffer.raw_data() : y);
+  onednn::execute(p.primitive, args);
+  if (p.dst_out) p.dst_out->run(dst_buffer.raw_data(), y);
+}
+
+// ---- the float64 loop (and the reference for odd cases) ----
+
+// A geometry padded to exactly 3 spatial axes (leading axes of size 1), so one loop
+// serves 1-D, 2-D and 3-D.
+struct Geometry3 {
+  std::array<int64_t, 3> in{1, 1, 1}, kernel{1, 1, 1}, out{1, 1, 1}, stride{1, 1, 1}, dilation{1, 1, 1},
+      pad{0, 0, 0};
+  explicit Geometry3(const ConvGeometry& g) {
+    const size_t off = 3 - g.spatial();
+    for (size_t i = 0; i < g.spatial(); ++i) {
+      in[off + i] = g.in[i];
+      kernel[off + i] = g.kernel[i];
+      out[off + i] = g.out[i];
+      stride[off + i] = g.strides[i];
+      dilation[off + i] = g.dilations[i];
+      pad[off + i] = g.pad_begin[i];
+    }
+  }
+  int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  int64_t out_size() const { return out[0] * out[1] * out[2]; }
+  int64_t kernel_size() const { return kernel[0] * kernel[1] * kernel[2]; }
+};
+
+// The output range [lo, hi) of a conv axis whose input index o * stride - pad + offset
+// stays inside [0, in).
+std::pair<int64_t, int64_t> valid_outputs(int64_t out, int64_t in, int64_t stride, int64_t pad, int64_t offset) {
+  const int64_t shift = offset - pad;  // input index = o * stride + shift
+  int64_t lo = shift >= 0 ? 0 : (-shift + stride - 1) / stride;
+  int64_t hi = in - shift <= 0 ? 0 : (in - shift - 1) / stride + 1;
+  return {std::min(lo, out), std::clamp<int64_t>(hi, 0, out)};
+}
+
+template <typename T>
+void conv_loop(const ConvGeometry& g, const T* x, const T* w, const T* bias, T* y) {
+  const Geometry3 q(g);
+  const int64_t in_per_group = g.c / g.group, out_per_group = g.m / g.group;
+  const int64_t ks = q.kernel_size(), is = q.in_size(), os = q.out_size();
+  parallel_for(g.n * g.m, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t nm = begin; nm < end; ++nm) {
+      const int64_t n = nm / g.m, m = nm % g.m, group = m / out_per_group;
+      T* yp = y + nm * os;
+      std::fill(yp, yp + os, bias ? bias[m] : T(0));
+      for (int64_t ci = 0; ci < in_per_group; ++ci) {
+        const T* xp = x + (n * g.c + group * in_per_group + ci) * is;
+        const T* wp = w + (m * in_per_group + ci) * ks;
+        for (int64_t kd = 0; kd < q.kernel[0]; ++kd) {
+          auto [d0, d1] = valid_outputs(q.out[0], q.in[0], q.stride[0], q.pad[0], kd * q.dilation[0]);
+          for (int64_t kh = 0; kh < q.kernel[1]; ++kh) {
+            auto [h0, h1] = valid_outputs(q.out[1], q.in[1], q.stride[1], q.pad[1], kh * q.dilation[1]);
+            for (int64_t kw = 0; kw < q.kernel[2]; ++kw) {
+              auto [w0, w1] = valid_outputs(q.out[2], q.in[2], q.stride[2], q.pad[2], kw * q.dilation[2]);
+              const T wv = wp[(kd * q.kernel[1] + kh) * q.kernel[2] + kw];
+              for (int64_t od = d0; od < d1; ++od) {
+                const int64_t id = od * q.stride[0] - q.pad[0] + kd * q.dilation[0];
+                for (int64_t oh = h0; oh < h1; ++oh) {
+                  const int64_t ih = oh * q.stride[1] - q.pad[1] + kh * q.dilation[1];
+                  const T* xr = xp + (id * q.in[1] + ih) * q.in[2] - q.pad[2] + kw * q.dilation[2];
+                  T* yr = yp + (od * q.out[1] + oh) * q.out[2];
+                  for (int64_t ow = w0; ow < w1; ++ow) yr[ow] += wv * xr[ow * q.stride[2]];
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// ConvTranspose as a scatter: each input element adds w * x to the outputs its kernel
+// covers. One thread owns one output channel plane, so the adds never race.
+template <typename T>
+void conv_transpose_loop(const ConvGeometry& g, const T* x, const T* w, const T* bias, T* y) {
+  const Geometry3 q(g);
+  const int64_t in_per_group = g.c / g.group, out_per_group = g.m / g.group;
+  const int64_t ks = q.kernel_size(), is = q.in_size(), os = q.out_size();
+  parallel_for(g.n * g.m, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t nm = begin; nm < end; ++nm) {
+      const int64_t n = nm / g.m, m = nm % g.m, group = m / out_per_group, mg = m % out_per_group;
+      T* yp = y + nm * os;
+      std::fill(yp, yp + os, bias ? bias[m] : T(0));
+      for (int64_t ci = 0; ci < in_per_group; ++ci) {
+        const int64_t c = group * in_per_group + ci;
+        const T* xp = x + (n * g.c + c) * is;
+        const T* wp = w + (c * out_per_group + mg) * ks;
+        for (int64_t kd = 0; kd < q.kernel[0]; ++kd)
+          for (int64_t kh = 0; kh < q.kernel[1]; ++kh)
+            for (int64_t kw = 0; kw < q.kernel[2]; ++kw) {
+              const T wv = wp[(kd * q.kernel[1] + kh) * q.kernel[2] + kw];
+              // output index = i * stride - pad + k * dilation; the inputs that land inside
+              // are those of valid_outputs with the roles of in and out swapped.
+              auto [d0, d1] = valid_outputs(q.in[0], q.out[0], q.stride[0], q.pad[0], kd * q.dilation[0]);
+              auto [h0, h1] = valid_outputs(q.in[1], q.out[1], q.stride[1], q.pad[1], kh * q.dilation[1]);
+              auto [w0, w1] = valid_outputs(q.in[2], q.out[2], q.stride[2], q.pad[2], kw * q.dilation[2]);
+              for (int64_t id = d0; id < d1; ++id) {
+                const int64_t od = id * q.stride[0] - q.pad[0] + kd * q.dilation[0];
+                for (int64_t ih = h0; ih < h1; ++ih) {
+                  const int64_t oh = ih * q.stride[1] - q.pad[1] + kh * q.dilation[1];
+                  const T* xr = xp + (id * q.in[1] + ih) * q.in[2];
+                  T* yr = yp + (od * q.out[1] + oh) * q.out[2] - q.pad[2] + kw * q.dilation[2];
+                  for (int64_t iw = w0; iw < w1; ++iw) yr[iw * q.stride[2]] += wv * xr[iw];
+                }
+              }
+            }
+      }
+    }
+  });
+}
+
+// ---- the kernels ----
+
+class ConvKernelBase : public OpKernel {
+ public:
+  ConvKernelBase(const KernelInfo& info, bool transpose)
+      : attrs_(info, transpose), transpose_(transpose), constant_w_(info.constant_input(1)) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    const Tensor& w = ctx.input(1);
+    ConvGeometry g = transpose_ ? conv_transpose_geometry(ctx, attrs_, x, w) : conv_geometry(ctx, attrs_, x, w);
+    const Tensor* bias = ctx.has_input(2) ? &ctx.input(2) : nullptr;
+    if (bias && (bias->dtype() != x.dtype() || bias->shape() != Shape{g.m})) {
+      ctx.fail("B is " + std::string(dtype_name(bias->dtype())) + shape_string(bias->shape()) + ", expected " +
+               std::string(dtype_name(x.dtype())) + shape_string(Shape{g.m}) + " (one bias per output channel)");
+    }
+    Tensor& y = ctx.allocate_output(0, x.dtype(), g.out_shape);
+    if (y.numel() == 0) return;
+    dispatch<float, double, Float16, BFloat16>(x.dtype(), ctx.node().op_type, [&]<typename T>() {
+      if constexpr (std::is_same_v<T, double>) {
+        run_loop<T>(g, x, w, bias, y);
+      } else {
+        if (g.c == 0 || x.numel() == 0) run_loop<T>(g, x, w, bias, y);  // no input: only the bias
+        else run_onednn(ctx, g, x, w, bias, y);
+      }
+    });
+  }
+
+ private:
+  template <typename T>
+  void run_loop(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) const {
+    using C = compute_type_t<T>;
+    if constexpr (std::is_same_v<T, C>) {
+      if (transpose_) conv_transpose_loop<T>(g, x.data<T>(), w.data<T>(), bias ? bias->data<T>() : nullptr, y.data<T>());
+      else conv_loop<T>(g, x.data<T>(), w.data<T>(), bias ? bias->data<T>() : nullptr, y.data<T>());
+    } else {  // only reached with no input elements: the output is the bias
+      const int64_t plane = y.numel() / std::max<int64_t>(1, g.n * g.m);
+      T* yp = y.data<T>();
+      for (int64_t nm = 0; nm < g.n * g.m; ++nm)
+        std::fill(yp + nm * plane, yp + (nm + 1) * plane, bias ? bias->data<T>()[nm % g.m] : T(0.0f));
+    }
+  }
+
+  // True when oneDNN computes the whole output: pads it cannot take (negative ones, from a
+  // ConvTranspose output_shape larger than the full result) go through a crop instead.
+  static bool needs_crop(const ConvGeometry& g) {
+    for (size_t i = 0; i < g.spatial(); ++i)
+      if (g.pad_begin[i] < 0 || g.pad_end[i] < 0) return true;
+    return false;
+  }
+
+  void run_onednn(KernelContext& ctx, const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor* bias,
+                  Tensor& y) {
+    const bool native = onednn::computes_natively(x.dtype());
+    const memory::data_type type = *onednn::data_type(native ? x.dtype() : DType::kFloat32);
+    // With negative pads, compute the clamped problem and crop/extend it afterwards.
+    ConvGeometry inner = g;
+    const bool crop = needs_crop(g);
+    if (crop) {
+      for (size_t i = 0; i < g.spatial(); ++i) {
+        inner.pad_begin[i] = std::max<int64_t>(0, g.pad_begin[i]);
+        inner.pad_end[i] = std::max<int64_t>(0, g.pad_end[i]);
+        inner.out[i] = g.out[i] - (inner.pad_begin[i] - g.pad_begin[i]) - (inner.pad_end[i] - g.pad_end[i]);
+        inner.out_shape[i + 2] = inner.out[i];
+      }
+    }
+    std::vector<int64_t> key;
+    onednn::append_key(key, x);
+    onednn::append_key(key, w);
+    key.insert(key.end(), inner.out_shape.begin(), inner.out_shape.end());
+    key.insert(key.end(), inner.pad_begin.begin(), inner.pad_begin.end());
+    key.insert(key.end(), inner.pad_end.begin(), inner.pad_end.end());
+    key.push_back(bias != nullptr);
+    const PreparedConv& prepared = cache_.get(key, [&] {
+      Tensor converted;
+      const void* constant = nullptr;
+      if (constant_w_) {
+        converted = native ? *constant_w_ : onednn::float32_copy(*constant_w_);
+        constant = converted.raw_data();
+      }
+      return prepare_conv(inner, type, bias != nullptr, transpose_, constant);
+    });
+
+    const Tensor xs = native ? x : onednn::to_float32(ctx, x);
+    const Tensor ws = native || constant_w_ ? w : onednn::to_float32(ctx, w);
+    const Tensor bs = !bias ? Tensor() : native ? *bias : onednn::to_float32(ctx, *bias);
+    const bool direct = native && !crop;
+    Tensor ys = direct ? y : ctx.allocate_scratch(native ? x.dtype() : DType::kFloat32, inner.out_shape);
+    run_conv(ctx, prepared, xs.raw_data(), ws.raw_data(), bias ? bs.raw_data() : nullptr, ys.raw_data());
+    if (direct) return;
+    if (crop) {
+      dispatch<float, Float16, BFloat16>(ys.dtype(), "ConvTranspose", [&]<typename S>() {
+        Tensor full = native ? y : ctx.allocate_scratch(ys.dtype(), g.out_shape);
+        place<S>(g, inner, ys, bias ? &bs : nullptr, full);
+        if (!native) onednn::from_float32(full, y);
+      });
+      return;
+    }
+    onednn::from_float32(ys, y);
+  }
+
+  // Copies the clamped result `part` into `out` at its offset; outputs no input reaches
+  // hold the bias.
+  template <typename S>
+  static void place(const ConvGeometry& g, const ConvGeometry& inner, const Tensor& part, const Tensor* bias,
+                    Tensor& out) {
+    const Geometry3 qo(g), qi(inner);
+    std::array<int64_t, 3> offset{0, 0, 0};
+    for (size_t i = 0; i < g.spatial(); ++i) offset[3 - g.spatial() + i] = inner.pad_begin[i] - g.pad_begin[i];
+    const S* src = part.data<S>();
+    S* dst = out.data<S>();
+    const int64_t os = qo.out_size(), is = qi.out_size();
+    parallel_for(g.n * g.m, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t nm = begin; nm < end; ++nm) {
+        const S fill = bias ? bias->data<S>()[nm % g.m] : S(0.0f);
+        for (int64_t d = 0; d < qo.out[0]; ++d)
+          for (int64_t h = 0; h < qo.out[1]; ++h)
+            for (int64_t w = 0; w < qo.out[2]; ++w) {
+              const int64_t sd = d - offset[0], sh = h - offset[1], sw = w - offset[2];
+              const bool inside = sd >= 0 && sd < qi.out[0] && sh >= 0 && sh < qi.out[1] && sw >= 0 && sw < qi.out[2];
+              dst[nm * os + (d * qo.out[1] + h) * qo.out[2] + w] =
+                  inside ? src[nm * is + (sd * qi.out[1] + sh) * qi.out[2] + sw] : fill;
+            }
+      }
+    });
+  }
+
+  ConvAttributes attrs_;
+  bool transpose_;
+  const Tensor* constant_w_;
+  onednn::ShapeCache<PreparedConv> cache_;
+};
+
+const KernelRegistration kConv{"", "Conv", 1, kLatestOpset,
+                               [](const KernelInfo& info) { return std::make_unique<ConvKernelBase>(info, false); }};
+const KernelRegistration kConvTranspose{
+    "", "ConvTranspose", 1, kLatestOpset,
+    [](const KernelInfo& info) { return std::make_unique<ConvKernelBase>(info, true); }};
+
+}  // namespace
+}  // namespace onnxtrain

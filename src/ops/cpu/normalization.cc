@@ -1,0 +1,493 @@
+// Normalizations: BatchNormalization (inference and training mode), LayerNormalization,
+// InstanceNormalization, GroupNormalization and LpNormalization.
+//
+// float32 LayerNormalization runs on oneDNN's layer normalization primitive. The rest runs
+// plain loops: statistics in two passes (the mean, then the mean squared deviation, which
+// stays accurate when the mean is large), then one affine pass y = x * a + b per channel
+// or row. Those loops vectorize, and they beat oneDNN 2.6 where it has the op: its
+// batch normalization on NCHW data is a generic C++ kernel ("ncsp_bnorm"), measured 10x
+// slower than the loop for BatchNormalization and InstanceNormalization; it has no group
+// normalization at all.
+#include <cmath>
+
+#include "core/dispatch.h"
+#include "ops/cpu/broadcast.h"
+#include "ops/cpu/onednn.h"
+#include "ops/kernel_registry.h"
+
+namespace onnxtrain {
+namespace {
+
+using onednn::memory;
+
+// The values of a float tensor of any float type, as C.
+template <typename C>
+std::vector<C> values_as(const Tensor& t, std::string_view what) {
+  std::vector<C> out(static_cast<size_t>(t.numel()));
+  dispatch<float, double, Float16, BFloat16>(t.dtype(), what, [&]<typename T>() {
+    const T* p = t.data<T>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<C>(static_cast<compute_type_t<T>>(p[i]));
+  });
+  return out;
+}
+
+// Writes C values into a float tensor of any float type.
+template <typename C>
+void store(const std::vector<C>& values, Tensor& t) {
+  dispatch<float, double, Float16, BFloat16>(t.dtype(), "store", [&]<typename T>() {
+    T* p = t.data<T>();
+    for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<T>(static_cast<compute_type_t<T>>(values[i]));
+  });
+}
+
+// Statistics accumulate in double for float64 and in float otherwise (ONNX's stash type).
+template <typename T>
+using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// Mean and biased variance of `segments` runs of `length` elements, `stride` apart.
+template <typename T>
+std::pair<acc_t<T>, acc_t<T>> moments(const T* x, int64_t segments, int64_t stride, int64_t length) {
+  using A = acc_t<T>;
+  const int64_t count = segments * length;
+  if (count == 0) return {A(0), A(0)};
+  A sum = 0;
+  for (int64_t s = 0; s < segments; ++s) {
+    const T* p = x + s * stride;
+    sum += onednn::lane_sum<A>(length, [&](int64_t i) { return static_cast<A>(p[i]); });
+  }
+  const A mean = sum / static_cast<A>(count);
+  A squares = 0;
+  for (int64_t s = 0; s < segments; ++s) {
+    const T* p = x + s * stride;
+    squares += onednn::lane_sum<A>(length, [&](int64_t i) {
+      const A d = static_cast<A>(p[i]) - mean;
+      return d * d;
+    });
+  }
+  return {mean, squares / static_cast<A>(count)};
+}
+
+// y[i] = x[i] * a + b over `length` contiguous elements.
+template <typename T, typename A>
+void affine(const T* x, T* y, int64_t length, A a, A b) {
+  for (int64_t i = 0; i < length; ++i) y[i] = static_cast<T>(static_cast<A>(x[i]) * a + b);
+}
+
+void check_float(KernelContext& ctx, const Tensor& t, const char* name) {
+  const DType d = t.dtype();
+  if (d != DType::kFloat32 && d != DType::kFloat64 && d != DType::kFloat16 && d != DType::kBFloat16) {
+    ctx.fail(std::string(name) + " has element type " + std::string(dtype_name(d)) +
+             ", expected float, double, float16 or bfloat16");
+  }
+}
+
+void check_vector(KernelContext& ctx, const Tensor& t, const char* name, int64_t size, const std::string& why) {
+  check_float(ctx, t, name);
+  if (t.numel() != size) {
+    ctx.fail(std::string(name) + " " + shape_string(t.shape()) + " must hold " + std::to_string(size) + " values (" +
+             why + ")");
+  }
+}
+
+// ---- BatchNormalization ----
+
+// X viewed as [N, C, S]: statistics are per channel, over N and S.
+struct ChannelView {
+  int64_t n = 0, c = 0, s = 0;
+};
+
+class BatchNormKernel final : public OpKernel {
+ public:
+  explicit BatchNormKernel(const KernelInfo& info)
+      : epsilon_(info.float_attribute("epsilon", 1e-5f)),
+        momentum_(info.float_attribute("momentum", 0.9f)),
+        // Before opset 14 a node trains when it asks for the statistics outputs.
+        training_(info.opset() >= 14 ? info.int_attribute("training_mode", 0) != 0 : info.output_count() > 1),
+        per_activation_(info.opset() < 9 && info.int_attribute("spatial", 1) == 0) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    check_float(ctx, x, "X");
+    if (x.rank() < 2) ctx.fail("X must be [N, C, ...], got " + shape_string(x.shape()));
+    ChannelView v{x.dim(0), x.dim(1), x.numel() / std::max<int64_t>(1, x.dim(0) * x.dim(1))};
+    if (per_activation_) {  // spatial=0: statistics per (channel, position)
+      v.c *= v.s;
+      v.s = 1;
+    }
+    if (x.numel() == 0) v.s = 0;
+    const std::string stats = per_activation_ ? "one per channel and position (spatial=0)" : "one per channel of X";
+    for (size_t i = 1; i < 5; ++i) {
+      static const char* names[] = {"", "scale", "B", "input_mean", "input_var"};
+      check_vector(ctx, ctx.input(i), names[i], v.c, stats);
+    }
+    Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
+    if (training_) {
+      train(ctx, x, y, v);
+      return;
+    }
+    if (x.numel() == 0) return;
+    const std::vector<double> mean = values_as<double>(ctx.input(3), "BatchNormalization");
+    const std::vector<double> var = values_as<double>(ctx.input(4), "BatchNormalization");
+    apply(ctx, x, y, v, mean, var);
+  }
+
+ private:
+  // y = (x - mean) / sqrt(var + epsilon) * scale + B, as y = x * a + b per channel.
+  void apply(KernelContext& ctx, const Tensor& x, Tensor& y, const ChannelView& v, const std::vector<double>& mean,
+             const std::vector<double>& var) const {
+    const std::vector<double> scale = values_as<double>(ctx.input(1), "BatchNormalization");
+    const std::vector<double> bias = values_as<double>(ctx.input(2), "BatchNormalization");
+    dispatch<float, double, Float16, BFloat16>(x.dtype(), "BatchNormalization", [&]<typename T>() {
+      using A = acc_t<T>;
+      const T* px = x.data<T>();
+      T* py = y.data<T>();
+      parallel_for(v.n * v.c, std::max<int64_t>(1, 16384 / std::max<int64_t>(v.s, 1)), [&](int64_t b, int64_t e) {
+        for (int64_t plane = b; plane < e; ++plane) {
+          const size_t c = static_cast<size_t>(plane % v.c);
+          const double a = scale[c] / std::sqrt(var[c] + epsilon_);
+          affine(px + plane * v.s, py + plane * v.s, v.s, static_cast<A>(a), static_cast<A>(bias[c] - mean[c] * a));
+        }
+      });
+    });
+  }
+
+  // Normalizes with the batch statistics and updates the running ones:
+  // running = input * momentum + batch * (1 - momentum), with the biased batch variance.
+  void train(KernelContext& ctx, const Tensor& x, Tensor& y, const ChannelView& v) {
+    std::vector<double> mean(static_cast<size_t>(v.c)), var(static_cast<size_t>(v.c));
+    if (x.numel() > 0) {
+      dispatch<float, double, Float16, BFloat16>(x.dtype(), "BatchNormalization", [&]<typename T>() {
+        const T* px = x.data<T>();
+        parallel_for(v.c, 1, [&](int64_t b, int64_t e) {
+          for (int64_t c = b; c < e; ++c) {
+            auto [mu, sigma2] = moments(px + c * v.s, v.n, v.c * v.s, v.s);
+            mean[static_cast<size_t>(c)] = mu;
+            var[static_cast<size_t>(c)] = sigma2;
+          }
+        });
+      });
+      apply(ctx, x, y, v, mean, var);
+    }
+    const Tensor& input_mean = ctx.input(3);
+    const Tensor& input_var = ctx.input(4);
+    const std::vector<double> running_mean = values_as<double>(input_mean, "BatchNormalization");
+    const std::vector<double> running_var = values_as<double>(input_var, "BatchNormalization");
+    std::vector<double> new_mean(mean.size()), new_var(var.size());
+    for (size_t c = 0; c < mean.size(); ++c) {
+      new_mean[c] = running_mean[c] * momentum_ + mean[c] * (1.0 - momentum_);
+      new_var[c] = running_var[c] * momentum_ + var[c] * (1.0 - momentum_);
+    }
+    const std::vector<double>* outputs[] = {&new_mean, &new_var, &mean, &var};
+    const Tensor* like[] = {&input_mean, &input_var, &input_mean, &input_var};
+    for (size_t i = 1; i < ctx.output_count() && i <= 4; ++i) {
+      if (!ctx.has_output(i)) continue;
+      Tensor& out = ctx.allocate_output(i, like[i - 1]->dtype(), like[i - 1]->shape());
+      store(*outputs[i - 1], out);
+    }
+  }
+
+  float epsilon_, momentum_;
+  bool training_, per_activation_;
+};
+
+const KernelRegistration kBatchNormalization{
+    "", "BatchNormalization", 6, kLatestOpset,
+    [](const KernelInfo& info) { return std::make_unique<BatchNormKernel>(info); }};
+
+// ---- LayerNormalization ----
+
+// Checks that Scale or B broadcasts to the normalized shape as ONNX's Mul and Add would
+// (unidirectionally).
+void check_broadcast(KernelContext& ctx, const Tensor& t, const Shape& normalized, const char* name) {
+  check_float(ctx, t, name);
+  bool ok = t.rank() <= normalized.size();
+  for (size_t i = 0; ok && i < t.rank(); ++i) {
+    const int64_t d = t.shape()[i], want = normalized[normalized.size() - t.rank() + i];
+    ok = d == want || d == 1;
+  }
+  if (!ok) {
+    ctx.fail(std::string(name) + " " + shape_string(t.shape()) + " does not broadcast to the normalized shape " +
+             shape_string(normalized));
+  }
+}
+
+// Scale or B as C values over the whole normalized shape.
+template <typename C>
+std::vector<C> expand_to(const Tensor& t, const Shape& normalized, const char* name) {
+  const std::vector<C> values = values_as<C>(t, name);
+  if (t.numel() == shape_size(normalized)) return values;
+  std::vector<C> out(static_cast<size_t>(shape_size(normalized)));
+  const std::vector<int64_t> strides = broadcast_strides(t.shape(), normalized);
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t rest = static_cast<int64_t>(i), offset = 0;
+    for (size_t d = normalized.size(); d-- > 0;) {
+      offset += rest % normalized[d] * strides[d];
+      rest /= normalized[d];
+    }
+    out[i] = values[static_cast<size_t>(offset)];
+  }
+  return out;
+}
+
+class LayerNormKernel final : public OpKernel {
+ public:
+  explicit LayerNormKernel(const KernelInfo& info)
+      : axis_(info.int_attribute("axis", -1)), epsilon_(info.float_attribute("epsilon", 1e-5f)) {
+    const int64_t stash = info.int_attribute("stash_type", 1);
+    if (stash != 1) info.fail("stash_type is " + std::to_string(stash) + "; onnxtrain computes statistics in float (1)");
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    check_float(ctx, x, "X");
+    const int64_t rank = static_cast<int64_t>(x.rank());
+    if (axis_ < -rank || axis_ >= rank) {
+      ctx.fail("axis " + std::to_string(axis_) + " is out of range for X " + shape_string(x.shape()) +
+               " (expected -" + std::to_string(rank) + " to " + std::to_string(rank - 1) + ")");
+    }
+    const size_t axis = static_cast<size_t>(axis_ < 0 ? axis_ + rank : axis_);
+    const Shape normalized(x.shape().begin() + static_cast<int64_t>(axis), x.shape().end());
+    const int64_t rows = shape_size(std::span(x.shape()).first(axis)), cols = shape_size(normalized);
+    const bool has_bias = ctx.has_input(2);
+    check_broadcast(ctx, ctx.input(1), normalized, "Scale");
+    if (has_bias) check_broadcast(ctx, ctx.input(2), normalized, "B");
+    // float32 parameters over the whole normalized shape are used in place.
+    const bool plain_params = ctx.input(1).dtype() == DType::kFloat32 && ctx.input(1).numel() == cols &&
+                              (!has_bias || (ctx.input(2).dtype() == DType::kFloat32 && ctx.input(2).numel() == cols));
+    // Parameters for the loop (double, so float64 keeps its precision), or float32 ones
+    // for oneDNN when the given ones do not fit it as they are.
+    std::vector<double> scale, bias;
+    std::vector<float> scale32, bias32;
+    if (x.dtype() != DType::kFloat32) {
+      scale = expand_to<double>(ctx.input(1), normalized, "Scale");
+      if (has_bias) bias = expand_to<double>(ctx.input(2), normalized, "B");
+    } else if (!plain_params) {
+      scale32 = expand_to<float>(ctx.input(1), normalized, "Scale");
+      if (has_bias) bias32 = expand_to<float>(ctx.input(2), normalized, "B");
+    }
+    Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
+    // Mean and InvStdDev keep X's leading axes and 1 for the normalized ones; their type is
+    // the stash type, float (for float64 X too, as the spec and onnxruntime have it).
+    Shape stat_shape(x.shape().begin(), x.shape().begin() + static_cast<int64_t>(axis));
+    stat_shape.resize(x.rank(), 1);
+    const DType stat_type = DType::kFloat32;
+    Tensor* mean = ctx.has_output(1) ? &ctx.allocate_output(1, stat_type, stat_shape) : nullptr;
+    Tensor* inv_std = ctx.has_output(2) ? &ctx.allocate_output(2, stat_type, stat_shape) : nullptr;
+    if (rows == 0) return;
+    if (cols == 0) ctx.fail("X " + shape_string(x.shape()) + " has nothing to normalize from axis " + std::to_string(axis));
+
+    if (x.dtype() == DType::kFloat32) {
+      const float* s = plain_params ? ctx.input(1).data<float>() : scale32.data();
+      const float* b = !has_bias ? nullptr : plain_params ? ctx.input(2).data<float>() : bias32.data();
+      run_onednn(ctx, x, y, rows, cols, s, b, mean, inv_std);
+      return;
+    }
+    dispatch<double, Float16, BFloat16>(x.dtype(), "LayerNormalization", [&]<typename T>() {
+      run_loop<T>(x, y, rows, cols, scale, bias, mean, inv_std);
+    });
+  }
+
+ private:
+  template <typename T>
+  void run_loop(const Tensor& x, Tensor& y, int64_t rows, int64_t cols, const std::vector<double>& scale,
+                const std::vector<double>& bias, Tensor* mean, Tensor* inv_std) const {
+    using A = acc_t<T>;
+    const T* px = x.data<T>();
+    T* py = y.data<T>();
+    parallel_for(rows, std::max<int64_t>(1, 8192 / cols), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        auto [mu, sigma2] = moments(px + r * cols, 1, 0, cols);
+        const A inv = A(1) / std::sqrt(sigma2 + static_cast<A>(epsilon_));
+        const T* xr = px + r * cols;
+        T* yr = py + r * cols;
+        for (int64_t j = 0; j < cols; ++j) {
+          const A v = (static_cast<A>(xr[j]) - mu) * inv * static_cast<A>(scale[static_cast<size_t>(j)]);
+          yr[j] = static_cast<T>(bias.empty() ? v : v + static_cast<A>(bias[static_cast<size_t>(j)]));
+        }
+        if (mean) mean->data<float>()[r] = static_cast<float>(mu);
+        if (inv_std) inv_std->data<float>()[r] = static_cast<float>(inv);
+      }
+    });
+  }
+
+  void run_onednn(KernelContext& ctx, const Tensor& x, Tensor& y, int64_t rows, int64_t cols, const float* scale,
+                  const float* bias, Tensor* mean, Tensor* inv_std) {
+    const bool stats = mean || inv_std;
+    const memory::desc data = onednn::plain_desc({rows, cols}, memory::data_type::f32);
+    const memory::desc stat = onednn::plain_desc({rows}, memory::data_type::f32);
+    const memory::desc param = onednn::plain_desc({cols}, memory::data_type::f32);
+    const dnnl::layer_normalization_forward& primitive = cache_.get({rows, cols, stats, bias != nullptr}, [&] {
+      auto flags = dnnl::normalization_flags::use_scale;
+      if (bias) flags = flags | dnnl::normalization_flags::use_shift;
+      const auto prop = stats ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference;
+      dnnl::layer_normalization_forward::desc desc(prop, data, stat, epsilon_, flags);
+      return dnnl::layer_normalization_forward(
+          dnnl::layer_normalization_forward::primitive_desc(desc, onednn::engine()));
+    });
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, onednn::wrap(data, x.raw_data())},
+                                         {DNNL_ARG_DST, onednn::wrap(data, y.raw_data())},
+                                         {DNNL_ARG_SCALE, onednn::wrap(param, scale)}};
+    if (bias) args[DNNL_ARG_SHIFT] = onednn::wrap(param, bias);
+    Tensor mean_buffer, var_buffer;
+    if (stats) {
+      mean_buffer = mean ? *mean : ctx.allocate_scratch(DType::kFloat32, {rows});
+      var_buffer = inv_std ? *inv_std : ctx.allocate_scratch(DType::kFloat32, {rows});
+      args[DNNL_ARG_MEAN] = onednn::wrap(stat, mean_buffer.raw_data());
+      args[DNNL_ARG_VARIANCE] = onednn::wrap(stat, var_buffer.raw_data());
+    }
+    onednn::execute(primitive, args);
+    if (inv_std) {  // oneDNN returns the variance
+      float* p = inv_std->data<float>();
+      for (int64_t r = 0; r < rows; ++r) p[r] = 1.0f / std::sqrt(p[r] + epsilon_);
+    }
+  }
+
+  int64_t axis_;
+  float epsilon_;
+  onednn::ShapeCache<dnnl::layer_normalization_forward> cache_;
+};
+
+const KernelRegistration kLayerNormalization{
+    "", "LayerNormalization", 17, kLatestOpset,
+    [](const KernelInfo& info) { return std::make_unique<LayerNormKernel>(info); }};
+
+// ---- InstanceNormalization and GroupNormalization ----
+
+// Normalizes each of `groups` consecutive channel blocks of every sample with its own
+// statistics, then applies per-channel scale and bias: InstanceNormalization is the case
+// of one channel per group.
+template <typename T>
+void group_norm_loop(const T* x, T* y, int64_t n, int64_t channels, int64_t groups, int64_t spatial,
+                     const std::vector<double>& scale, const std::vector<double>& bias, float epsilon) {
+  using A = acc_t<T>;
+  const int64_t per_group = channels / groups, block = per_group * spatial;
+  parallel_for(n * groups, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t ng = begin; ng < end; ++ng) {
+      const int64_t g = ng % groups;
+      auto [mu, sigma2] = moments(x + ng * block, 1, 0, block);
+      const double inv = 1.0 / std::sqrt(static_cast<double>(sigma2) + epsilon);
+      for (int64_t k = 0; k < per_group; ++k) {
+        const size_t c = static_cast<size_t>(g * per_group + k);
+        const double a = scale[c] * inv;
+        const int64_t at = ng * block + k * spatial;
+        affine(x + at, y + at, spatial, static_cast<A>(a), static_cast<A>(bias[c] - mu * a));
+      }
+    }
+  });
+}
+
+class InstanceNormKernel final : public OpKernel {
+ public:
+  explicit InstanceNormKernel(const KernelInfo& info) : epsilon_(info.float_attribute("epsilon", 1e-5f)) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    check_float(ctx, x, "input");
+    if (x.rank() < 3) ctx.fail("input must be [N, C, spatial...], got " + shape_string(x.shape()));
+    const int64_t n = x.dim(0), c = x.dim(1), s = x.numel() / std::max<int64_t>(1, n * c);
+    check_vector(ctx, ctx.input(1), "scale", c, "one per channel");
+    check_vector(ctx, ctx.input(2), "B", c, "one per channel");
+    Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
+    if (y.numel() == 0) return;
+    const std::vector<double> scale = values_as<double>(ctx.input(1), "InstanceNormalization");
+    const std::vector<double> bias = values_as<double>(ctx.input(2), "InstanceNormalization");
+    dispatch<float, double, Float16, BFloat16>(x.dtype(), "InstanceNormalization", [&]<typename T>() {
+      group_norm_loop<T>(x.data<T>(), y.data<T>(), n, c, c, s, scale, bias, epsilon_);
+    });
+  }
+
+ private:
+  float epsilon_;
+};
+
+const KernelRegistration kInstanceNormalization{
+    "", "InstanceNormalization", 1, kLatestOpset,
+    [](const KernelInfo& info) { return std::make_unique<InstanceNormKernel>(info); }};
+
+// GroupNormalization-18 scales and shifts per group; -21 per channel.
+KernelFactory group_norm_factory(bool per_channel) {
+  return [per_channel](const KernelInfo& info) {
+    const float epsilon = info.float_attribute("epsilon", 1e-5f);
+    const int64_t groups = info.int_attribute("num_groups");
+    if (groups < 1) info.fail("num_groups is " + std::to_string(groups) + ", expected 1 or more");
+    const int64_t stash = info.int_attribute("stash_type", 1);
+    if (stash != 1) info.fail("stash_type is " + std::to_string(stash) + "; onnxtrain computes statistics in float (1)");
+    return make_kernel([=](KernelContext& ctx) {
+      const Tensor& x = ctx.input(0);
+      check_float(ctx, x, "X");
+      if (x.rank() < 2) ctx.fail("X must be [N, C, ...], got " + shape_string(x.shape()));
+      const int64_t n = x.dim(0), c = x.dim(1), s = x.numel() / std::max<int64_t>(1, n * c);
+      if (c % groups != 0) {
+        ctx.fail("X has " + std::to_string(c) + " channels, not a multiple of num_groups " + std::to_string(groups));
+      }
+      const int64_t params = per_channel ? c : groups;
+      const std::string why = per_channel ? "one per channel" : "one per group (GroupNormalization-18)";
+      check_vector(ctx, ctx.input(1), "scale", params, why);
+      check_vector(ctx, ctx.input(2), "bias", params, why);
+      Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
+      if (y.numel() == 0) return;
+      std::vector<double> scale = values_as<double>(ctx.input(1), "GroupNormalization");
+      std::vector<double> bias = values_as<double>(ctx.input(2), "GroupNormalization");
+      if (!per_channel) {  // repeat each group's value over its channels
+        std::vector<double> s2, b2;
+        for (int64_t ch = 0; ch < c; ++ch) {
+          s2.push_back(scale[static_cast<size_t>(ch / (c / groups))]);
+          b2.push_back(bias[static_cast<size_t>(ch / (c / groups))]);
+        }
+        scale.swap(s2);
+        bias.swap(b2);
+      }
+      dispatch<float, double, Float16, BFloat16>(x.dtype(), "GroupNormalization", [&]<typename T>() {
+        group_norm_loop<T>(x.data<T>(), y.data<T>(), n, c, groups, s, scale, bias, epsilon);
+      });
+    });
+  };
+}
+
+const KernelRegistration kGroupNormalization18{"", "GroupNormalization", 18, 20, group_norm_factory(false)};
+const KernelRegistration kGroupNormalization21{"", "GroupNormalization", 21, kLatestOpset, group_norm_factory(true)};
+
+// ---- LpNormalization ----
+
+// y = x / ||x||_p along one axis (p = 1 or 2).
+const KernelRegistration kLpNormalization{"", "LpNormalization", 1, kLatestOpset, [](const KernelInfo& info) {
+  const int64_t axis = info.int_attribute("axis", -1);
+  const int64_t p = info.int_attribute("p", 2);
+  if (p != 1 && p != 2) info.fail("p is " + std::to_string(p) + ", expected 1 or 2");
+  return make_kernel([axis, p](KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    check_float(ctx, x, "input");
+    const int64_t rank = static_cast<int64_t>(x.rank());
+    if (axis < -rank || axis >= rank) {
+      ctx.fail("axis " + std::to_string(axis) + " is out of range for input " + shape_string(x.shape()) +
+               " (expected -" + std::to_string(rank) + " to " + std::to_string(rank - 1) + ")");
+    }
+    const size_t a = static_cast<size_t>(axis < 0 ? axis + rank : axis);
+    const int64_t len = x.shape()[a];
+    const int64_t inner = shape_size(std::span(x.shape()).subspan(a + 1));
+    const int64_t outer = len * inner == 0 ? 0 : x.numel() / (len * inner);
+    Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
+    if (y.numel() == 0) return;
+    dispatch<float, double, Float16, BFloat16>(x.dtype(), "LpNormalization", [&]<typename T>() {
+      using A = acc_t<T>;
+      const T* px = x.data<T>();
+      T* py = y.data<T>();
+      parallel_for(outer * inner, std::max<int64_t>(1, 4096 / len), [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) {
+          const int64_t base = (r / inner) * len * inner + r % inner;
+          A norm = 0;
+          for (int64_t i = 0; i < len; ++i) {
+            const A v = static_cast<A>(px[base + i * inner]);
+            norm += p == 1 ? std::abs(v) : v * v;
+          }
+          if (p == 2) norm = std::sqrt(norm);
+          const A scale = A(1) / norm;  // a zero norm gives NaN (0 / 0), as ONNX's x / norm does
+          for (int64_t i = 0; i < len; ++i) py[base + i * inner] = static_cast<T>(static_cast<A>(px[base + i * inner]) * scale);
+        }
+      });
+    });
+  });
+}};
+
+}  // namespace
+}  // namespace onnxtrain

@@ -1,0 +1,111 @@
+#include "ops/cpu/onednn.h"
+
+namespace onnxtrain::onednn {
+
+const dnnl::engine& engine() {
+  static const dnnl::engine cpu(dnnl::engine::kind::cpu, 0);
+  return cpu;
+}
+
+// A stream per thread: sessions on different threads may run kernels at once.
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+std::optional<memory::data_type> data_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return memory::data_type::f32;
+    case DType::kBFloat16: return memory::data_type::bf16;
+    case DType::kFloat16: return memory::data_type::f16;
+    case DType::kInt8: return memory::data_type::s8;
+    case DType::kUInt8: return memory::data_type::u8;
+    case DType::kInt32: return memory::data_type::s32;
+    default: return std::nullopt;
+  }
+}
+
+bool computes_natively(DType dtype) {
+  static const bool has_bf16 = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+    return (isa & bf16) == bf16;
+  }();
+  if (dtype == DType::kFloat32) return true;
+  if (dtype == DType::kBFloat16) return has_bf16;
+  return false;  // oneDNN 2.x has no optimized float16 CPU kernels before AVX512-FP16
+}
+
+memory::dims plain_strides(const memory::dims& dims) {
+  memory::dims strides(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * std::max<memory::dim>(dims[i], 1);
+  return strides;
+}
+
+void execute(const dnnl::primitive& primitive, const std::unordered_map<int, memory>& args) {
+  dnnl::stream& s = stream();
+  primitive.execute(s, args);
+  s.wait();
+}
+
+std::string implementation(const dnnl::primitive_desc_base& pd) { return pd.impl_info_str(); }
+
+bool is_reference(const dnnl::primitive_desc_base& pd) {
+  const std::string name = pd.impl_info_str();
+  return name.rfind("ref", 0) == 0 || name.find("simple") != std::string::npos;
+}
+
+void reorder(const memory::desc& source_desc, const void* source, const memory::desc& target_desc, void* target) {
+  memory src = wrap(source_desc, source);
+  memory dst = wrap(target_desc, target);
+  execute(dnnl::reorder(src, dst), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
+}
+
+Reorder::Reorder(const memory::desc& from, const memory::desc& to)
+    : from_(from), to_(to), primitive_(dnnl::reorder::primitive_desc(engine(), from, engine(), to)) {}
+
+void Reorder::run(const void* source, void* target) const {
+  memory src = wrap(from_, source);
+  memory dst = wrap(to_, target);
+  execute(primitive_, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
+}
+
+Tensor to_float32(KernelContext& ctx, const Tensor& tensor) {
+  Tensor out = ctx.allocate_scratch(DType::kFloat32, tensor.shape());
+  dispatch<Float16, BFloat16, double, float>(tensor.dtype(), "to_float32", [&]<typename T>() {
+    convert(tensor.data<T>(), out.data<float>(), tensor.numel());
+  });
+  return out;
+}
+
+Tensor float32_copy(const Tensor& tensor) {
+  Tensor out = Tensor::empty(DType::kFloat32, tensor.shape());
+  dispatch<Float16, BFloat16, double, float>(tensor.dtype(), "float32_copy", [&]<typename T>() {
+    convert(tensor.data<T>(), out.data<float>(), tensor.numel());
+  });
+  return out;
+}
+
+void from_float32(const Tensor& values, Tensor& out) {
+  dispatch<Float16, BFloat16, double, float>(out.dtype(), "from_float32", [&]<typename T>() {
+    const float* in = values.data<float>();
+    T* o = out.data<T>();
+    parallel_for(out.numel(), 65536, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) o[i] = static_cast<T>(in[i]);
+    });
+  });
+}
+
+void BatchedMatmul::run(const float* a, const float* b, float* c, int64_t batch, int64_t m, int64_t k, int64_t n,
+                        bool a_t, bool b_t) {
+  const auto f32 = memory::data_type::f32;
+  const memory::desc a_md({batch, m, k}, f32, a_t ? memory::dims{m * k, 1, m} : memory::dims{m * k, k, 1});
+  const memory::desc b_md({batch, k, n}, f32, b_t ? memory::dims{k * n, 1, k} : memory::dims{k * n, n, 1});
+  const memory::desc c_md = plain_desc({batch, m, n}, f32);
+  const dnnl::matmul& primitive = cache_.get({batch, m, k, n, a_t, b_t}, [&] {
+    return dnnl::matmul(dnnl::matmul::primitive_desc(dnnl::matmul::desc(a_md, b_md, c_md), engine()));
+  });
+  execute(primitive, {{DNNL_ARG_SRC, wrap(a_md, a)}, {DNNL_ARG_WEIGHTS, wrap(b_md, b)}, {DNNL_ARG_DST, wrap(c_md, c)}});
+}
+
+}  // namespace onnxtrain::onednn

@@ -1,0 +1,227 @@
+// The shared oneDNN engine and stream, and the small pieces every oneDNN-backed kernel
+// needs: memory descriptors from shapes, 16-bit float conversion, a per-shape cache of
+// prepared primitives, and plain loops for the element types oneDNN does not compute
+// (float64, integers).
+#pragma once
+
+#include <onnxtrain/tensor.h>
+
+#include <map>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/parallel.h"
+#include "ops/kernel.h"
+
+namespace onnxtrain::onednn {
+
+using dnnl::memory;
+
+// The CPU engine, created on first use.
+const dnnl::engine& engine();
+// An in-order CPU stream for the calling thread.
+dnnl::stream& stream();
+
+// oneDNN's element type for `dtype`, if it has one.
+std::optional<memory::data_type> data_type(DType dtype);
+
+// True when oneDNN has optimized (non-reference) kernels for `dtype` on this CPU for the
+// common primitives (matmul, convolution, pooling): float32 always; bfloat16 on CPUs with
+// AVX-512 (oneDNN emulates or uses native bf16); float16 only on AVX512-FP16 CPUs.
+bool computes_natively(DType dtype);
+
+inline memory::dims dims_of(std::span<const int64_t> shape) { return memory::dims(shape.begin(), shape.end()); }
+
+// Row-major strides of `dims`.
+memory::dims plain_strides(const memory::dims& dims);
+
+// A descriptor for a row-major tensor.
+inline memory::desc plain_desc(const memory::dims& dims, memory::data_type type) {
+  return memory::desc(dims, type, plain_strides(dims));
+}
+// A descriptor whose layout oneDNN chooses (format_tag::any).
+inline memory::desc any_desc(const memory::dims& dims, memory::data_type type) {
+  return memory::desc(dims, type, memory::format_tag::any);
+}
+
+// A oneDNN memory over caller-owned bytes (oneDNN takes a non-const pointer even for
+// inputs it only reads).
+inline memory wrap(const memory::desc& desc, const void* data) {
+  return memory(desc, engine(), const_cast<void*>(data));
+}
+
+// Runs a primitive on the thread's stream and waits for it.
+void execute(const dnnl::primitive& primitive, const std::unordered_map<int, memory>& args);
+
+// The implementation oneDNN picked ("brg:avx512_core", "jit:avx512_core", "ref:any", ...).
+std::string implementation(const dnnl::primitive_desc_base& pd);
+// True when oneDNN fell back to its slow reference code.
+bool is_reference(const dnnl::primitive_desc_base& pd);
+
+// Copies `source` into the layout of `target_desc` (a reorder), into `target` bytes. For
+// one-off copies; a kernel that reorders on every run keeps a Reorder.
+void reorder(const memory::desc& source_desc, const void* source, const memory::desc& target_desc, void* target);
+
+// A reorder primitive between two fixed layouts, created once.
+class Reorder {
+ public:
+  Reorder() = default;
+  Reorder(const memory::desc& from, const memory::desc& to);
+  void run(const void* source, void* target) const;
+
+ private:
+  memory::desc from_, to_;
+  dnnl::reorder primitive_;
+};
+
+// A scratch buffer of `bytes` bytes from the run's arena.
+inline Tensor scratch_bytes(KernelContext& ctx, size_t bytes) {
+  return ctx.allocate_scratch(DType::kUInt8, {static_cast<int64_t>(bytes)});
+}
+
+// Element conversion between a storage type and the type arithmetic happens in.
+template <typename From, typename To>
+void convert(const From* in, To* out, int64_t n) {
+  parallel_for(n, 65536, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = static_cast<To>(static_cast<compute_type_t<From>>(in[i]));
+  });
+}
+
+// A float32 copy of a float16/bfloat16/float64 tensor, in scratch memory.
+Tensor to_float32(KernelContext& ctx, const Tensor& tensor);
+// A float32 heap copy of a constant 16-bit float tensor, for prepared state that outlives
+// a run (scratch memory does not).
+Tensor float32_copy(const Tensor& tensor);
+// Writes float32 `values` into `out` (any float type) with rounding.
+void from_float32(const Tensor& values, Tensor& out);
+
+// Prepared state per input-shape signature, so that preparing (primitive creation,
+// weight packing) happens once per shape and each run only executes. Bounded: a model
+// whose shapes change on every run does not grow memory without limit.
+template <typename Entry>
+class ShapeCache {
+ public:
+  using Key = std::vector<int64_t>;
+
+  Entry* find(const Key& key) {
+    auto it = entries_.find(key);
+    return it == entries_.end() ? nullptr : &it->second;
+  }
+  Entry& insert(Key key, Entry entry) {
+    if (entries_.size() >= kCapacity) entries_.clear();
+    return entries_.insert_or_assign(std::move(key), std::move(entry)).first->second;
+  }
+  // The entry for `key`, made by make() on a miss.
+  template <typename Make>
+  Entry& get(const Key& key, Make&& make) {
+    if (Entry* e = find(key)) return *e;
+    return insert(key, make());
+  }
+
+ private:
+  static constexpr size_t kCapacity = 64;
+  std::map<Key, Entry> entries_;
+};
+
+// Appends shape and dtype to a cache key; -1 separates shapes.
+inline void append_key(std::vector<int64_t>& key, const Tensor& t) {
+  key.push_back(static_cast<int64_t>(t.dtype()));
+  key.insert(key.end(), t.shape().begin(), t.shape().end());
+  key.push_back(-1);
+}
+
+// ---- Reductions that vectorize ----
+// GCC keeps a float sum or max in source order unless told otherwise (-ffast-math), so a
+// plain accumulation loop stays scalar. Sixteen independent partial results (one AVX-512
+// register of floats) let it use vector instructions, and sum more accurately too.
+
+inline constexpr int kLanes = 16;
+
+// The sum of f(i) for i in [0, n), in A.
+template <typename A, typename F>
+A lane_sum(int64_t n, F&& f) {
+  A lanes[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) lanes[l] += f(i + l);
+  for (; i < n; ++i) lanes[0] += f(i);
+  A total = 0;
+  for (A v : lanes) total += v;
+  return total;
+}
+
+// The maximum of x[0..n) (n >= 1). A NaN after the first element is skipped (a select,
+// not a branch, keeps the loop vectorizable): callers whose results go through x itself,
+// like softmax's exp(x - max), still produce NaN.
+template <typename A>
+A lane_max(const A* x, int64_t n) {
+  A lanes[kLanes];
+  for (int l = 0; l < kLanes; ++l) lanes[l] = x[0];
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) lanes[l] = x[i + l] > lanes[l] ? x[i + l] : lanes[l];
+  for (; i < n; ++i) lanes[0] = x[i] > lanes[0] ? x[i] : lanes[0];
+  A best = lanes[0];
+  for (A v : lanes) best = v > best ? v : best;
+  return best;
+}
+
+// ---- Matrix products shared by MatMul, Gemm and Einsum ----
+
+// A batch of row-major matrix products c[i] = a[a_offsets[i]] x b[b_offsets[i]], with
+// a: M x K (row stride lda), b: K x N (row stride ldb), c: M x N contiguous per batch.
+struct MatmulBatch {
+  int64_t m = 0, k = 0, n = 0;
+  int64_t lda = 0, ldb = 0;
+  std::vector<int64_t> a_offsets, b_offsets;  // element offsets, one per batch entry
+};
+
+// The plain loop for types oneDNN does not compute (float64, integers): for each row of
+// c, accumulate a[i, p] * b[p, :] over p, in cache-sized blocks of p and columns; the
+// inner loop is contiguous, so the compiler vectorizes it. Rows run in parallel.
+template <typename T>
+void matmul_loop(const T* a, const T* b, T* c, const MatmulBatch& batch) {
+  const int64_t m = batch.m, k = batch.k, n = batch.n;
+  const int64_t batches = static_cast<int64_t>(batch.a_offsets.size());
+  constexpr int64_t kBlockK = 128, kBlockN = 1024;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, k * n));
+  parallel_for(batches * m, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t row = begin; row < end; ++row) {
+      const int64_t i = row % m, bi = row / m;
+      const T* ar = a + batch.a_offsets[static_cast<size_t>(bi)] + i * batch.lda;
+      const T* bm = b + batch.b_offsets[static_cast<size_t>(bi)];
+      T* cr = c + row * n;
+      for (int64_t j = 0; j < n; ++j) cr[j] = T(0);
+      for (int64_t j0 = 0; j0 < n; j0 += kBlockN) {
+        const int64_t j1 = std::min(n, j0 + kBlockN);
+        for (int64_t p0 = 0; p0 < k; p0 += kBlockK) {
+          const int64_t p1 = std::min(k, p0 + kBlockK);
+          for (int64_t p = p0; p < p1; ++p) {
+            const T av = ar[p];
+            const T* br = bm + p * batch.ldb;
+            for (int64_t j = j0; j < j1; ++j) cr[j] += av * br[j];
+          }
+        }
+      }
+    }
+  });
+}
+
+// A float32 batched matmul on oneDNN for Einsum: c[i] = a[i] x b[i] for i < batch, with
+// a [batch, m, k] and b [batch, k, n] dense, each either row-major or (a_t / b_t)
+// transposed in its last two axes; c is dense row-major.
+class BatchedMatmul {
+ public:
+  void run(const float* a, const float* b, float* c, int64_t batch, int64_t m, int64_t k, int64_t n, bool a_t,
+           bool b_t);
+
+ private:
+  ShapeCache<dnnl::matmul> cache_;
+};
+
+}  // namespace onnxtrain::onednn

@@ -1,0 +1,402 @@
+// Pooling: MaxPool (with its optional Indices output), AveragePool, LpPool over 1 to 3
+// spatial axes, and the global pools (GlobalAveragePool, GlobalMaxPool, GlobalLpPool).
+//
+// float32 and bfloat16 MaxPool/AveragePool run on oneDNN's pooling primitive where its
+// semantics are ONNX's. A window loop serves the rest: other element types, the Indices
+// output (oneDNN's workspace is not ONNX's flat indices), LpPool, and average pooling
+// that counts pads in ceil mode (oneDNN would count the ceil overhang as padding too).
+// The global pools are plain per-channel reductions.
+#include <cmath>
+#include <limits>
+
+#include "core/dispatch.h"
+#include "ops/cpu/onednn.h"
+#include "ops/kernel_registry.h"
+
+namespace onnxtrain {
+namespace {
+
+using onednn::memory;
+
+enum class PoolKind { kMax, kAverage, kLp };
+enum class AutoPad { kNotSet, kSameUpper, kSameLower, kValid };
+
+AutoPad parse_auto_pad(const KernelInfo& info) {
+  const std::string s = info.string_attribute("auto_pad", "NOTSET");
+  if (s == "NOTSET" || s.empty()) return AutoPad::kNotSet;
+  if (s == "SAME_UPPER") return AutoPad::kSameUpper;
+  if (s == "SAME_LOWER") return AutoPad::kSameLower;
+  if (s == "VALID") return AutoPad::kValid;
+  info.fail("auto_pad is '" + s + "', expected NOTSET, SAME_UPPER, SAME_LOWER or VALID");
+}
+
+struct PoolAttributes {
+  PoolKind kind;
+  AutoPad auto_pad;
+  bool ceil_mode, count_include_pad, column_major_indices;
+  double p = 2.0;
+  std::vector<int64_t> kernel_shape, strides, pads, dilations;
+
+  PoolAttributes(const KernelInfo& info, PoolKind k) : kind(k) {
+    auto_pad = parse_auto_pad(info);
+    ceil_mode = info.int_attribute("ceil_mode", 0) != 0;
+    count_include_pad = info.int_attribute("count_include_pad", 0) != 0;
+    const int64_t storage_order = info.int_attribute("storage_order", 0);
+    if (storage_order != 0 && storage_order != 1) {
+      info.fail("storage_order is " + std::to_string(storage_order) + ", expected 0 (row major) or 1 (column major)");
+    }
+    column_major_indices = storage_order == 1;
+    if (kind == PoolKind::kLp) {  // LpPool-1 has a float p, later versions an int
+      p = info.opset() < 2 ? info.float_attribute("p", 2.0f) : static_cast<double>(info.int_attribute("p", 2));
+      if (p <= 0) info.fail("p is " + std::to_string(p) + ", expected a positive norm order");
+    }
+    kernel_shape = info.ints_attribute("kernel_shape");
+    strides = info.ints_attribute("strides", std::vector<int64_t>{});
+    pads = info.ints_attribute("pads", std::vector<int64_t>{});
+    dilations = info.ints_attribute("dilations", std::vector<int64_t>{});
+    for (int64_t v : kernel_shape)
+      if (v < 1) info.fail("kernel_shape " + shape_string(kernel_shape) + " must be positive");
+    for (int64_t v : strides)
+      if (v < 1) info.fail("strides " + shape_string(strides) + " must be positive");
+    for (int64_t v : dilations)
+      if (v < 1) info.fail("dilations " + shape_string(dilations) + " must be positive");
+    for (int64_t v : pads)
+      if (v < 0) info.fail("pads " + shape_string(pads) + " must not be negative");
+  }
+};
+
+// One call's geometry, padded to three spatial axes (leading axes of size 1) so that one
+// loop serves 1-D, 2-D and 3-D.
+struct PoolGeometry {
+  int64_t n = 0, c = 0;
+  size_t axes = 0;
+  std::array<int64_t, 3> in{1, 1, 1}, kernel{1, 1, 1}, out{1, 1, 1}, stride{1, 1, 1}, dilation{1, 1, 1},
+      pad_begin{0, 0, 0}, pad_end{0, 0, 0};
+  Shape out_shape;
+
+  size_t axis(size_t i) const { return 3 - axes + i; }  // spatial axis i in the padded arrays
+  int64_t in_size() const { return in[0] * in[1] * in[2]; }
+  int64_t out_size() const { return out[0] * out[1] * out[2]; }
+  // True when a ceil-mode window runs past the end pad on some axis.
+  bool overhangs() const {
+    for (size_t i = 0; i < 3; ++i)
+      if ((out[i] - 1) * stride[i] + (kernel[i] - 1) * dilation[i] + 1 > in[i] + pad_begin[i] + pad_end[i]) return true;
+    return false;
+  }
+};
+
+std::vector<int64_t> per_axis(KernelContext& ctx, const std::vector<int64_t>& v, size_t axes, int64_t fallback,
+                              const char* name) {
+  if (v.empty()) return std::vector<int64_t>(axes, fallback);
+  if (v.size() != axes) {
+    ctx.fail(std::string(name) + " " + shape_string(v) + " has " + std::to_string(v.size()) + " values, expected " +
+             std::to_string(axes) + " (one per spatial axis)");
+  }
+  return v;
+}
+
+PoolGeometry pool_geometry(KernelContext& ctx, const PoolAttributes& a, const Tensor& x) {
+  if (x.rank() < 3) ctx.fail("X must be [N, C, spatial...] with 1 or more spatial axes, got " + shape_string(x.shape()));
+  PoolGeometry g;
+  g.axes = x.rank() - 2;
+  if (g.axes > 3) {
+    ctx.fail("X " + shape_string(x.shape()) + " has " + std::to_string(g.axes) +
+             " spatial axes; onnxtrain pools over 1 to 3");
+  }
+  if (a.kernel_shape.size() != g.axes) {
+    ctx.fail("kernel_shape " + shape_string(a.kernel_shape) + " has " + std::to_string(a.kernel_shape.size()) +
+             " values but X " + shape_string(x.shape()) + " has " + std::to_string(g.axes) + " spatial axes");
+  }
+  const auto strides = per_axis(ctx, a.strides, g.axes, 1, "strides");
+  const auto dilations = per_axis(ctx, a.dilations, g.axes, 1, "dilations");
+  if (!a.pads.empty() && a.pads.size() != 2 * g.axes) {
+    ctx.fail("pads " + shape_string(a.pads) + " has " + std::to_string(a.pads.size()) + " values, expected " +
+             std::to_string(2 * g.axes) + " (begin and end per spatial axis)");
+  }
+  g.n = x.dim(0);
+  g.c = x.dim(1);
+  g.out_shape = {g.n, g.c};
+  for (size_t i = 0; i < g.axes; ++i) {
+    const size_t j = g.axis(i);
+    g.in[j] = x.dim(static_cast<int64_t>(i) + 2);
+    g.kernel[j] = a.kernel_shape[i];
+    g.stride[j] = strides[i];
+    g.dilation[j] = dilations[i];
+    const int64_t extent = (g.kernel[j] - 1) * g.dilation[j] + 1, s = g.stride[j];
+    switch (a.auto_pad) {
+      case AutoPad::kSameUpper:
+      case AutoPad::kSameLower: {
+        g.out[j] = (g.in[j] + s - 1) / s;
+        const int64_t total = std::max<int64_t>(0, (g.out[j] - 1) * s + extent - g.in[j]);
+        g.pad_begin[j] = a.auto_pad == AutoPad::kSameUpper ? total / 2 : total - total / 2;
+        g.pad_end[j] = total - g.pad_begin[j];
+        break;
+      }
+      case AutoPad::kValid:
+      case AutoPad::kNotSet: {
+        if (a.auto_pad == AutoPad::kNotSet && !a.pads.empty()) {
+          g.pad_begin[j] = a.pads[i];
+          g.pad_end[j] = a.pads[g.axes + i];
+        }
+        const int64_t span = g.in[j] + g.pad_begin[j] + g.pad_end[j] - extent;
+        if (span < 0) {
+          ctx.fail("the pooling window (extent " + std::to_string(extent) + ") is larger than the padded input (" +
+                   std::to_string(g.in[j] + g.pad_begin[j] + g.pad_end[j]) + ") on spatial axis " +
+                   std::to_string(i) + " of X " + shape_string(x.shape()));
+        }
+        g.out[j] = (a.ceil_mode ? (span + s - 1) / s : span / s) + 1;
+        // In ceil mode the last window must start inside the input or its begin pad.
+        if (a.ceil_mode && (g.out[j] - 1) * s >= g.in[j] + g.pad_begin[j]) --g.out[j];
+        break;
+      }
+    }
+    g.out_shape.push_back(g.out[j]);
+  }
+  return g;
+}
+
+// ---- the window loop ----
+
+// The kernel taps [lo, hi) along one axis whose positions start + k * dilation lie in [0, limit).
+inline std::pair<int64_t, int64_t> taps(int64_t start, int64_t kernel, int64_t dilation, int64_t limit) {
+  const int64_t lo = start >= 0 ? 0 : (-start + dilation - 1) / dilation;
+  const int64_t hi = start >= limit ? 0 : std::min(kernel, (limit - 1 - start) / dilation + 1);
+  return {lo, std::max(lo, hi)};
+}
+
+// Pools every output of every (n, c) plane; planes run in parallel. `indices`, when given,
+// receives MaxPool's flat index of each maximum.
+template <typename T>
+void pool_loop(const PoolAttributes& a, const PoolGeometry& g, const T* x, T* y, int64_t* indices) {
+  using C = compute_type_t<T>;
+  using Acc = std::conditional_t<std::is_floating_point_v<C>, C, double>;
+  const int64_t is = g.in_size(), os = g.out_size();
+  parallel_for(g.n * g.c, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const T* xp = x + plane * is;
+      T* yp = y + plane * os;
+      int64_t* ip = indices ? indices + plane * os : nullptr;
+      for (int64_t od = 0; od < g.out[0]; ++od)
+        for (int64_t oh = 0; oh < g.out[1]; ++oh)
+          for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+            const int64_t sd = od * g.stride[0] - g.pad_begin[0], sh = oh * g.stride[1] - g.pad_begin[1],
+                          sw = ow * g.stride[2] - g.pad_begin[2];
+            auto [d0, d1] = taps(sd, g.kernel[0], g.dilation[0], g.in[0]);
+            auto [h0, h1] = taps(sh, g.kernel[1], g.dilation[1], g.in[1]);
+            auto [w0, w1] = taps(sw, g.kernel[2], g.dilation[2], g.in[2]);
+            const int64_t o = (od * g.out[1] + oh) * g.out[2] + ow;
+            if (a.kind == PoolKind::kMax) {
+              C best = std::numeric_limits<C>::lowest();
+              int64_t best_at = -1;
+              for (int64_t kd = d0; kd < d1; ++kd)
+                for (int64_t kh = h0; kh < h1; ++kh)
+                  for (int64_t kw = w0; kw < w1; ++kw) {
+                    const int64_t at =
+                        ((sd + kd * g.dilation[0]) * g.in[1] + sh + kh * g.dilation[1]) * g.in[2] + sw + kw * g.dilation[2];
+                    const C v = static_cast<C>(xp[at]);
+                    if (v > best || best_at < 0) {
+                      best = v;
+                      best_at = at;
+                    }
+                  }
+              yp[o] = static_cast<T>(best);
+              if (ip) {
+                // ONNX's index runs over the whole tensor, row or column major in the spatial axes.
+                int64_t flat = best_at < 0 ? 0 : best_at;
+                if (a.column_major_indices && best_at >= 0) {
+                  const int64_t w = best_at % g.in[2], h = best_at / g.in[2] % g.in[1], d = best_at / (g.in[2] * g.in[1]);
+                  flat = (w * g.in[1] + h) * g.in[0] + d;
+                }
+                ip[o] = plane * is + flat;
+              }
+              continue;
+            }
+            Acc sum = 0;
+            for (int64_t kd = d0; kd < d1; ++kd)
+              for (int64_t kh = h0; kh < h1; ++kh)
+                for (int64_t kw = w0; kw < w1; ++kw) {
+                  const Acc v = static_cast<Acc>(static_cast<C>(
+                      xp[((sd + kd * g.dilation[0]) * g.in[1] + sh + kh * g.dilation[1]) * g.in[2] + sw + kw * g.dilation[2]]));
+                  sum += a.kind == PoolKind::kLp ? static_cast<Acc>(std::pow(std::abs(v), a.p)) : v;
+                }
+            if (a.kind == PoolKind::kLp) {
+              yp[o] = static_cast<T>(static_cast<C>(std::pow(sum, 1.0 / a.p)));
+              continue;
+            }
+            int64_t count = (d1 - d0) * (h1 - h0) * (w1 - w0);
+            if (a.count_include_pad) {  // taps inside the input and its explicit pads
+              auto [pd0, pd1] = taps(sd + g.pad_begin[0], g.kernel[0], g.dilation[0], g.in[0] + g.pad_begin[0] + g.pad_end[0]);
+              auto [ph0, ph1] = taps(sh + g.pad_begin[1], g.kernel[1], g.dilation[1], g.in[1] + g.pad_begin[1] + g.pad_end[1]);
+              auto [pw0, pw1] = taps(sw + g.pad_begin[2], g.kernel[2], g.dilation[2], g.in[2] + g.pad_begin[2] + g.pad_end[2]);
+              count = (pd1 - pd0) * (ph1 - ph0) * (pw1 - pw0);
+            }
+            yp[o] = static_cast<T>(static_cast<C>(count > 0 ? sum / static_cast<Acc>(count) : Acc(0)));
+          }
+    }
+  });
+}
+
+// ---- oneDNN ----
+
+// oneDNN derives the output size from the pads, floor((in + pads - extent) / stride) + 1:
+// a ceil-mode overhang becomes end padding.
+int64_t onednn_pad_end(const PoolGeometry& g, size_t j) {
+  const int64_t needed = (g.out[j] - 1) * g.stride[j] + (g.kernel[j] - 1) * g.dilation[j] + 1 - g.in[j] - g.pad_begin[j];
+  return std::max(g.pad_end[j], needed);
+}
+
+// True when oneDNN's output size formula gives ONNX's size on every axis.
+bool onednn_sizes_match(const PoolGeometry& g) {
+  for (size_t j = 0; j < 3; ++j) {
+    const int64_t extent = (g.kernel[j] - 1) * g.dilation[j] + 1;
+    if ((g.in[j] + g.pad_begin[j] + onednn_pad_end(g, j) - extent) / g.stride[j] + 1 != g.out[j]) return false;
+  }
+  return true;
+}
+
+struct PreparedPool {
+  dnnl::pooling_v2_forward primitive;
+  memory::desc src, dst;
+};
+
+PreparedPool prepare_pool(const PoolAttributes& a, const PoolGeometry& g, memory::data_type type) {
+  memory::dims src_dims{g.n, g.c}, dst_dims{g.n, g.c}, kernel, strides, dilation, pad_l, pad_r;
+  for (size_t i = 0; i < g.axes; ++i) {
+    const size_t j = g.axis(i);
+    src_dims.push_back(g.in[j]);
+    dst_dims.push_back(g.out[j]);
+    kernel.push_back(g.kernel[j]);
+    strides.push_back(g.stride[j]);
+    dilation.push_back(g.dilation[j] - 1);
+    pad_l.push_back(g.pad_begin[j]);
+    pad_r.push_back(onednn_pad_end(g, j));
+  }
+  const dnnl::algorithm algorithm = a.kind == PoolKind::kMax ? dnnl::algorithm::pooling_max
+                                    : a.count_include_pad   ? dnnl::algorithm::pooling_avg_include_padding
+                                                            : dnnl::algorithm::pooling_avg_exclude_padding;
+  PreparedPool p;
+  p.src = onednn::plain_desc(src_dims, type);
+  p.dst = onednn::plain_desc(dst_dims, type);
+  dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm, p.src, p.dst, strides, kernel,
+                                      dilation, pad_l, pad_r);
+  p.primitive = dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(desc, onednn::engine()));
+  return p;
+}
+
+class PoolKernel final : public OpKernel {
+ public:
+  PoolKernel(const KernelInfo& info, PoolKind kind) : attrs_(info, kind) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    const PoolGeometry g = pool_geometry(ctx, attrs_, x);
+    Tensor& y = ctx.allocate_output(0, x.dtype(), g.out_shape);
+    const bool want_indices = attrs_.kind == PoolKind::kMax && ctx.has_output(1);
+    Tensor* indices = want_indices ? &ctx.allocate_output(1, DType::kInt64, g.out_shape) : nullptr;
+    if (y.numel() == 0) return;
+    if (g.in_size() == 0) ctx.fail("X " + shape_string(x.shape()) + " has an empty spatial axis");
+    if (use_onednn(x.dtype(), g, want_indices)) {
+      const memory::data_type type = *onednn::data_type(x.dtype());
+      std::vector<int64_t> key;
+      onednn::append_key(key, x);
+      const PreparedPool& p = cache_.get(key, [&] { return prepare_pool(attrs_, g, type); });
+      onednn::execute(p.primitive, {{DNNL_ARG_SRC, onednn::wrap(p.src, x.raw_data())},
+                                    {DNNL_ARG_DST, onednn::wrap(p.dst, y.raw_data())}});
+      return;
+    }
+    auto run = [&]<typename T>() {
+      pool_loop<T>(attrs_, g, x.data<T>(), y.data<T>(), indices ? indices->data<int64_t>() : nullptr);
+    };
+    if (attrs_.kind == PoolKind::kMax) {
+      dispatch<float, double, Float16, BFloat16, int8_t, uint8_t>(x.dtype(), ctx.node().op_type, run);
+    } else {
+      dispatch<float, double, Float16, BFloat16>(x.dtype(), ctx.node().op_type, run);
+    }
+  }
+
+ private:
+  bool use_onednn(DType dtype, const PoolGeometry& g, bool want_indices) const {
+    if (dtype != DType::kFloat32 && !(dtype == DType::kBFloat16 && onednn::computes_natively(dtype))) return false;
+    if (attrs_.kind == PoolKind::kLp || want_indices) return false;
+    // oneDNN counts a ceil-mode overhang as padding; ONNX counts only the explicit pads.
+    if (attrs_.kind == PoolKind::kAverage && attrs_.count_include_pad && g.overhangs()) return false;
+    return onednn_sizes_match(g);
+  }
+
+  PoolAttributes attrs_;
+  onednn::ShapeCache<PreparedPool> cache_;
+};
+
+KernelFactory pool_factory(PoolKind kind) {
+  return [kind](const KernelInfo& info) { return std::make_unique<PoolKernel>(info, kind); };
+}
+
+const KernelRegistration kMaxPool{"", "MaxPool", 1, kLatestOpset, pool_factory(PoolKind::kMax)};
+const KernelRegistration kAveragePool{"", "AveragePool", 1, kLatestOpset, pool_factory(PoolKind::kAverage)};
+const KernelRegistration kLpPool{"", "LpPool", 1, kLatestOpset, pool_factory(PoolKind::kLp)};
+
+// ---- global pools ----
+
+// Reduces each (n, c) plane of X to one value: the mean, the maximum or the p-norm.
+template <typename T>
+void global_pool(PoolKind kind, double p, const T* x, T* y, int64_t planes, int64_t size) {
+  using C = compute_type_t<T>;
+  using Acc = std::conditional_t<std::is_same_v<C, double>, double, float>;
+  parallel_for(planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(size, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const T* xp = x + plane * size;
+      if (kind == PoolKind::kMax) {
+        C best = static_cast<C>(xp[0]);
+        for (int64_t i = 1; i < size; ++i) best = std::max(best, static_cast<C>(xp[i]));
+        y[plane] = static_cast<T>(best);
+        continue;
+      }
+      // Sixteen partial sums: a dependency chain the compiler can vectorize.
+      constexpr int kLanes = 16;
+      Acc lanes[kLanes] = {};
+      int64_t i = 0;
+      if (kind == PoolKind::kAverage) {
+        for (; i + kLanes <= size; i += kLanes)
+          for (int l = 0; l < kLanes; ++l) lanes[l] += static_cast<Acc>(static_cast<C>(xp[i + l]));
+        for (; i < size; ++i) lanes[0] += static_cast<Acc>(static_cast<C>(xp[i]));
+      } else {
+        for (; i < size; ++i) lanes[i % kLanes] += static_cast<Acc>(std::pow(std::abs(static_cast<double>(xp[i])), p));
+      }
+      Acc sum = 0;
+      for (Acc v : lanes) sum += v;
+      const Acc value = kind == PoolKind::kAverage ? sum / static_cast<Acc>(size) : static_cast<Acc>(std::pow(sum, 1.0 / p));
+      y[plane] = static_cast<T>(static_cast<C>(value));
+    }
+  });
+}
+
+KernelFactory global_pool_factory(PoolKind kind) {
+  return [kind](const KernelInfo& info) {
+    const double p = kind != PoolKind::kLp ? 2.0
+                     : info.opset() < 2    ? info.float_attribute("p", 2.0f)
+                                           : static_cast<double>(info.int_attribute("p", 2));
+    if (p <= 0) info.fail("p is " + std::to_string(p) + ", expected a positive norm order");
+    return make_kernel([kind, p](KernelContext& ctx) {
+      const Tensor& x = ctx.input(0);
+      if (x.rank() < 2) ctx.fail("X must be [N, C, spatial...], got " + shape_string(x.shape()));
+      Shape out_shape(x.rank(), 1);
+      out_shape[0] = x.dim(0);
+      out_shape[1] = x.dim(1);
+      Tensor& y = ctx.allocate_output(0, x.dtype(), out_shape);
+      if (y.numel() == 0) return;
+      const int64_t size = x.numel() / y.numel();
+      if (size == 0) ctx.fail("X " + shape_string(x.shape()) + " has an empty spatial axis; there is nothing to pool");
+      dispatch<float, double, Float16, BFloat16>(x.dtype(), ctx.node().op_type, [&]<typename T>() {
+        global_pool<T>(kind, p, x.data<T>(), y.data<T>(), y.numel(), size);
+      });
+    });
+  };
+}
+
+const KernelRegistration kGlobalAveragePool{"", "GlobalAveragePool", 1, kLatestOpset,
+                                            global_pool_factory(PoolKind::kAverage)};
+const KernelRegistration kGlobalMaxPool{"", "GlobalMaxPool", 1, kLatestOpset, global_pool_factory(PoolKind::kMax)};
+const KernelRegistration kGlobalLpPool{"", "GlobalLpPool", 1, kLatestOpset, global_pool_factory(PoolKind::kLp)};
+
+}  // namespace
+}  // namespace onnxtrain

@@ -1,0 +1,194 @@
+// Softmax, LogSoftmax and Hardmax.
+//
+// Up to opset 12 these flatten X to 2-D at `axis` (default 1) and normalize each row; from
+// opset 13 they normalize along the single axis `axis` (default -1). Both views are
+// [outer, length, inner] here. float32 Softmax runs on oneDNN's softmax when the axis is
+// the innermost one (inner == 1, where oneDNN has vectorized kernels); everything else
+// runs a loop that keeps `inner` running maxima and sums side by side, so it stays
+// contiguous and vectorizes.
+#include <cmath>
+#include <limits>
+
+#include "core/dispatch.h"
+#include "ops/cpu/onednn.h"
+#include "ops/cpu/vector_math.h"
+#include "ops/kernel_registry.h"
+
+namespace onnxtrain {
+namespace {
+
+using onednn::memory;
+
+enum class SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
+
+struct AxisView {
+  int64_t outer = 1, length = 1, inner = 1;
+};
+
+AxisView axis_view(KernelContext& ctx, const Tensor& x, int64_t axis, bool flatten) {
+  const int64_t rank = static_cast<int64_t>(x.rank());
+  if (rank == 0) ctx.fail("input must have rank 1 or more, got a scalar");
+  if (axis < -rank || axis >= rank) {
+    ctx.fail("axis " + std::to_string(axis) + " is out of range for input " + shape_string(x.shape()) +
+             " (expected -" + std::to_string(rank) + " to " + std::to_string(rank - 1) + ")");
+  }
+  const size_t a = static_cast<size_t>(axis < 0 ? axis + rank : axis);
+  const auto& shape = x.shape();
+  AxisView v;
+  v.outer = shape_size(std::span(shape).first(a));
+  if (flatten) {  // opset < 13: rows of everything from `axis` on
+    v.length = shape_size(std::span(shape).subspan(a));
+  } else {
+    v.length = shape[a];
+    v.inner = shape_size(std::span(shape).subspan(a + 1));
+  }
+  return v;
+}
+
+// Softmax or LogSoftmax of one [length, inner] block in A (float or double); `best` and
+// `sum` hold `inner` values each. Every loop runs over contiguous memory with no branches,
+// so it vectorizes (exp is vector_math's branch-free one for float).
+template <typename A>
+void softmax_block(bool log, const A* x, A* y, int64_t length, int64_t inner, A* best, A* sum) {
+  if (inner == 1) {
+    const A m = onednn::lane_max(x, length);
+    const A total = onednn::lane_sum<A>(length, [&](int64_t i) {
+      const A e = vector_math::exp(x[i] - m);
+      y[i] = e;
+      return e;
+    });
+    if (log) {
+      // (x - max) - log(sum): adding log(sum) to a large max first would round it away.
+      const A log_total = std::log(total);
+      for (int64_t i = 0; i < length; ++i) y[i] = (x[i] - m) - log_total;
+    } else {
+      const A scale = A(1) / total;
+      for (int64_t i = 0; i < length; ++i) y[i] *= scale;
+    }
+    return;
+  }
+  std::copy(x, x + inner, best);
+  for (int64_t l = 1; l < length; ++l)
+    for (int64_t i = 0; i < inner; ++i) {
+      const A v = x[l * inner + i];
+      best[i] = v > best[i] ? v : best[i];
+    }
+  std::fill(sum, sum + inner, A(0));
+  for (int64_t l = 0; l < length; ++l)
+    for (int64_t i = 0; i < inner; ++i) {
+      const A e = vector_math::exp(x[l * inner + i] - best[i]);
+      y[l * inner + i] = e;
+      sum[i] += e;
+    }
+  if (log) {
+    for (int64_t i = 0; i < inner; ++i) sum[i] = std::log(sum[i]);
+    for (int64_t l = 0; l < length; ++l)
+      for (int64_t i = 0; i < inner; ++i) y[l * inner + i] = (x[l * inner + i] - best[i]) - sum[i];
+  } else {
+    for (int64_t i = 0; i < inner; ++i) sum[i] = A(1) / sum[i];
+    for (int64_t l = 0; l < length; ++l)
+      for (int64_t i = 0; i < inner; ++i) y[l * inner + i] *= sum[i];
+  }
+}
+
+template <typename A>
+void softmax_loop(bool log, const A* x, A* y, const AxisView& v) {
+  const int64_t block = v.length * v.inner;
+  parallel_for(v.outer, std::max<int64_t>(1, 16384 / std::max<int64_t>(block, 1)), [&](int64_t begin, int64_t end) {
+    std::vector<A> best(static_cast<size_t>(v.inner)), sum(static_cast<size_t>(v.inner));
+    for (int64_t o = begin; o < end; ++o)
+      softmax_block(log, x + o * block, y + o * block, v.length, v.inner, best.data(), sum.data());
+  });
+}
+
+// Hardmax: 1 at the first maximum along the axis, 0 elsewhere.
+template <typename T>
+void hardmax_loop(const T* x, T* y, const AxisView& v) {
+  using C = compute_type_t<T>;
+  const int64_t block = v.length * v.inner;
+  parallel_for(v.outer * v.inner, std::max<int64_t>(1, 16384 / std::max<int64_t>(v.length, 1)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t r = begin; r < end; ++r) {
+                   const int64_t base = (r / v.inner) * block + r % v.inner;
+                   int64_t arg = 0;
+                   C best = static_cast<C>(x[base]);
+                   for (int64_t l = 1; l < v.length; ++l) {
+                     const C value = static_cast<C>(x[base + l * v.inner]);
+                     if (value > best) {
+                       best = value;
+                       arg = l;
+                     }
+                   }
+                   for (int64_t l = 0; l < v.length; ++l) y[base + l * v.inner] = static_cast<T>(C(l == arg ? 1 : 0));
+                 }
+               });
+}
+
+class SoftmaxKernel final : public OpKernel {
+ public:
+  SoftmaxKernel(const KernelInfo& info, SoftmaxKind kind)
+      : kind_(kind), flatten_(info.opset() < 13), axis_(info.int_attribute("axis", info.opset() < 13 ? 1 : -1)) {}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    const AxisView v = axis_view(ctx, x, axis_, flatten_);
+    Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
+    if (y.numel() == 0) return;
+    if (kind_ == SoftmaxKind::kHardmax) {
+      dispatch<float, double, Float16, BFloat16>(x.dtype(), ctx.node().op_type, [&]<typename T>() {
+        hardmax_loop<T>(x.data<T>(), y.data<T>(), v);
+      });
+      return;
+    }
+    const bool log = kind_ == SoftmaxKind::kLogSoftmax;
+    switch (x.dtype()) {
+      case DType::kFloat32:
+        // oneDNN's LogSoftmax is off by ~1e-6 absolute (an approximate log): the loop is exact.
+        if (!log && v.inner == 1) run_onednn(x, y, v);
+        else softmax_loop(log, x.data<float>(), y.data<float>(), v);
+        return;
+      case DType::kFloat64:
+        softmax_loop(log, x.data<double>(), y.data<double>(), v);
+        return;
+      case DType::kFloat16:
+      case DType::kBFloat16: {  // in float, through scratch copies
+        const Tensor wide = onednn::to_float32(ctx, x);
+        Tensor out = ctx.allocate_scratch(DType::kFloat32, x.shape());
+        softmax_loop(log, wide.data<float>(), out.data<float>(), v);
+        onednn::from_float32(out, y);
+        return;
+      }
+      default:
+        dispatch<float, double, Float16, BFloat16>(x.dtype(), ctx.node().op_type, [&]<typename T>() {});
+    }
+  }
+
+ private:
+  void run_onednn(const Tensor& x, Tensor& y, const AxisView& v) {
+    const memory::desc data = onednn::plain_desc({v.outer, v.length}, memory::data_type::f32);
+    const dnnl::softmax_v2_forward& primitive = cache_.get({v.outer, v.length}, [&] {
+      const auto algorithm =
+          kind_ == SoftmaxKind::kLogSoftmax ? dnnl::algorithm::softmax_log : dnnl::algorithm::softmax_accurate;
+      dnnl::softmax_v2_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm, data, data, 1);
+      return dnnl::softmax_v2_forward(dnnl::softmax_v2_forward::primitive_desc(desc, onednn::engine()));
+    });
+    onednn::execute(primitive,
+                    {{DNNL_ARG_SRC, onednn::wrap(data, x.raw_data())}, {DNNL_ARG_DST, onednn::wrap(data, y.raw_data())}});
+  }
+
+  SoftmaxKind kind_;
+  bool flatten_;
+  int64_t axis_;
+  onednn::ShapeCache<dnnl::softmax_v2_forward> cache_;
+};
+
+KernelFactory softmax_factory(SoftmaxKind kind) {
+  return [kind](const KernelInfo& info) { return std::make_unique<SoftmaxKernel>(info, kind); };
+}
+
+const KernelRegistration kSoftmax{"", "Softmax", 1, kLatestOpset, softmax_factory(SoftmaxKind::kSoftmax)};
+const KernelRegistration kLogSoftmax{"", "LogSoftmax", 1, kLatestOpset, softmax_factory(SoftmaxKind::kLogSoftmax)};
+const KernelRegistration kHardmax{"", "Hardmax", 1, kLatestOpset, softmax_factory(SoftmaxKind::kHardmax)};
+
+}  // namespace
+}  // namespace onnxtrain
