@@ -168,6 +168,13 @@ void write_log_prob(const T* x, const compute_type_t<T>* max, const compute_type
     for (int64_t n = begin; n < end; ++n) {
       const C* m = max + n * s.d;
       const C* l = log_sum + n * s.d;
+      if (s.d == 1) {  // [N, C]: one normalizer per row
+        const T* in = x + n * s.classes;
+        T* out = log_prob + n * s.classes;
+#pragma omp simd
+        for (int64_t c = 0; c < s.classes; ++c) out[c] = static_cast<T>((C(in[c]) - m[0]) - l[0]);
+        continue;
+      }
       for (int64_t c = 0; c < s.classes; ++c) {
         const T* in = x + (n * s.classes + c) * s.d;
         T* out = log_prob + (n * s.classes + c) * s.d;

@@ -74,12 +74,10 @@ bool is_nan(C v) {
 // nan, or with select_last_index the last one, is the answer).
 template <bool kMax, bool kLast, typename C>
 bool better(C v, C best) {
-  if (is_nan(v)) return kLast || !is_nan(best);
-  if constexpr (kMax) {
-    return kLast ? v >= best : v > best;
-  } else {
-    return kLast ? v <= best : v < best;
-  }
+  // Branch-free (bitwise on bools), so that the lanes below vectorize; comparisons with
+  // nan are false.
+  const bool compares = kMax ? (kLast ? v >= best : v > best) : (kLast ? v <= best : v < best);
+  return compares | (is_nan(v) & (kLast | !is_nan(best)));
 }
 
 // The index of the best of n contiguous values. Independent lanes (lane j sees indices
