@@ -29,7 +29,7 @@ def _from_core(array: np.ndarray, dtype_code: int) -> np.ndarray:
 
 
 def _to_core(name: str, value: Any) -> np.ndarray:
-    array = np.ascontiguousarray(value)
+    array = np.asarray(value, order="C")
     if array.dtype.name == "bfloat16":
         return array.view(np.uint16)
     if array.dtype.kind not in "biuf":
