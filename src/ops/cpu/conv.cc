@@ -29,9 +29,13 @@ AutoPad parse_auto_pad(const KernelInfo& info) {
   info.fail("auto_pad is '" + s + "', expected NOTSET, SAME_UPPER, SAME_LOWER or VALID");
 }
 
-int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+int64_t floor_div(int64_t a, int64_t b) {
+  return a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
+}
 
-std::string list_string(const std::vector<int64_t>& v) { return shape_string(v); }
+std::string list_string(const std::vector<int64_t>& v) {
+  return shape_string(v);
+}
 
 struct ConvAttributes {
   AutoPad auto_pad = AutoPad::kNotSet;
@@ -83,7 +87,8 @@ std::vector<int64_t> per_axis(KernelContext& ctx, const std::vector<int64_t>& v,
 // Checks X and W and fills the parts of the geometry common to Conv and ConvTranspose.
 ConvGeometry common_geometry(KernelContext& ctx, const ConvAttributes& attrs, const Tensor& x, const Tensor& w,
                              bool transpose) {
-  if (x.rank() < 3) ctx.fail("X must be [N, C, spatial...] with 1 or more spatial axes, got " + shape_string(x.shape()));
+  if (x.rank() < 3)
+    ctx.fail("X must be [N, C, spatial...] with 1 or more spatial axes, got " + shape_string(x.shape()));
   if (w.rank() != x.rank()) {
     ctx.fail("W " + shape_string(w.shape()) + " must have the rank of X " + shape_string(x.shape()));
   }
@@ -93,8 +98,9 @@ ConvGeometry common_geometry(KernelContext& ctx, const ConvAttributes& attrs, co
   }
   ConvGeometry g;
   const size_t axes = x.rank() - 2;
-  if (axes > 3) ctx.fail("X " + shape_string(x.shape()) + " has " + std::to_string(axes) +
-                         " spatial axes; onnxtrain convolves over 1 to 3");
+  if (axes > 3)
+    ctx.fail("X " + shape_string(x.shape()) + " has " + std::to_string(axes) +
+             " spatial axes; onnxtrain convolves over 1 to 3");
   g.n = x.dim(0);
   g.c = x.dim(1);
   g.group = attrs.group;
@@ -162,8 +168,8 @@ ConvGeometry conv_geometry(KernelContext& ctx, const ConvAttributes& attrs, cons
         g.out[i] = span < 0 ? 0 : span / s + 1;
         if (span < 0 && g.in[i] > 0) {
           ctx.fail("the dilated kernel (extent " + std::to_string(extent) + ") is larger than the padded input (" +
-                   std::to_string(g.in[i] + g.pad_begin[i] + g.pad_end[i]) + ") on spatial axis " +
-                   std::to_string(i) + " of X " + shape_string(x.shape()));
+                   std::to_string(g.in[i] + g.pad_begin[i] + g.pad_end[i]) + ") on spatial axis " + std::to_string(i) +
+                   " of X " + shape_string(x.shape()));
         }
         break;
       }
@@ -182,8 +188,8 @@ ConvGeometry conv_transpose_geometry(KernelContext& ctx, const ConvAttributes& a
   std::vector<int64_t> target;  // the requested output size per axis, when one is given
   if (!attrs.output_shape.empty()) {
     if (attrs.output_shape.size() != axes && attrs.output_shape.size() != axes + 2) {
-      ctx.fail("output_shape " + list_string(attrs.output_shape) + " has " +
-               std::to_string(attrs.output_shape.size()) + " values, expected " + std::to_string(axes));
+      ctx.fail("output_shape " + list_string(attrs.output_shape) + " has " + std::to_string(attrs.output_shape.size()) +
+               " values, expected " + std::to_string(axes));
     }
     target.assign(attrs.output_shape.end() - static_cast<int64_t>(axes), attrs.output_shape.end());
   } else if (attrs.auto_pad == AutoPad::kSameUpper || attrs.auto_pad == AutoPad::kSameLower) {
@@ -225,7 +231,9 @@ ConvGeometry conv_transpose_geometry(KernelContext& ctx, const ConvAttributes& a
 
 // ---- oneDNN path ----
 
-memory::dims to_dims(const std::vector<int64_t>& v) { return memory::dims(v.begin(), v.end()); }
+memory::dims to_dims(const std::vector<int64_t>& v) {
+  return memory::dims(v.begin(), v.end());
+}
 
 // Weights as oneDNN sees them, over ONNX's bytes. Conv W is [M, C/g, k...] and oneDNN's
 // [g, M/g, C/g, k...] is the same memory. ConvTranspose W is [C, M/g, k...] while oneDNN's
@@ -257,8 +265,8 @@ struct PreparedConv {
 
 template <typename PrimitiveDesc>
 PreparedConv finish_prepare(const PrimitiveDesc& pd, dnnl::primitive primitive, const memory::desc& src_user,
-                            const memory::desc& weights_user, const memory::desc& bias,
-                            const memory::desc& dst_user, const void* constant_weights) {
+                            const memory::desc& weights_user, const memory::desc& bias, const memory::desc& dst_user,
+                            const void* constant_weights) {
   PreparedConv p;
   p.primitive = std::move(primitive);
   p.src_user = src_user;
@@ -290,9 +298,12 @@ memory::dims dilation_dims(const ConvGeometry& g) {
 // The channel-blocked layout (nCw16c, nChw16c, nCdhw16c) for a tensor of `rank` dims.
 memory::format_tag blocked_tag(size_t rank) {
   switch (rank) {
-    case 3: return memory::format_tag::nCw16c;
-    case 4: return memory::format_tag::nChw16c;
-    default: return memory::format_tag::nCdhw16c;
+    case 3:
+      return memory::format_tag::nCw16c;
+    case 4:
+      return memory::format_tag::nChw16c;
+    default:
+      return memory::format_tag::nCdhw16c;
   }
 }
 
@@ -344,15 +355,17 @@ PreparedConv prepare_conv(const ConvGeometry& g, memory::data_type type, bool ha
                                              strides, dilation, pad_l, pad_r);
       auto pd = last ? dnnl::deconvolution_forward::primitive_desc(desc, onednn::engine())
                      : try_pd<dnnl::deconvolution_forward::primitive_desc>(desc);
-      if (pd) return finish_prepare(pd, dnnl::deconvolution_forward(pd), src_user, weights_user, bias, dst_user,
-                                    constant_weights);
+      if (pd)
+        return finish_prepare(pd, dnnl::deconvolution_forward(pd), src_user, weights_user, bias, dst_user,
+                              constant_weights);
     } else {
       dnnl::convolution_forward::desc desc(prop, dnnl::algorithm::convolution_direct, src, weights_any, bias, dst,
                                            strides, dilation, pad_l, pad_r);
       auto pd = last ? dnnl::convolution_forward::primitive_desc(desc, onednn::engine())
                      : try_pd<dnnl::convolution_forward::primitive_desc>(desc);
-      if (pd) return finish_prepare(pd, dnnl::convolution_forward(pd), src_user, weights_user, bias, dst_user,
-                                    constant_weights);
+      if (pd)
+        return finish_prepare(pd, dnnl::convolution_forward(pd), src_user, weights_user, bias, dst_user,
+                              constant_weights);
     }
   }
   throw Error("no oneDNN convolution for this shape", ErrorKind::kRuntime);  // unreachable: the last try throws
@@ -389,8 +402,7 @@ void run_conv(KernelContext& ctx, const PreparedConv& p, const void* x, const vo
 // A geometry padded to exactly 3 spatial axes (leading axes of size 1), so one loop
 // serves 1-D, 2-D and 3-D.
 struct Geometry3 {
-  std::array<int64_t, 3> in{1, 1, 1}, kernel{1, 1, 1}, out{1, 1, 1}, stride{1, 1, 1}, dilation{1, 1, 1},
-      pad{0, 0, 0};
+  std::array<int64_t, 3> in{1, 1, 1}, kernel{1, 1, 1}, out{1, 1, 1}, stride{1, 1, 1}, dilation{1, 1, 1}, pad{0, 0, 0};
   explicit Geometry3(const ConvGeometry& g) {
     const size_t off = 3 - g.spatial();
     for (size_t i = 0; i < g.spatial(); ++i) {
@@ -515,8 +527,10 @@ class ConvKernelBase : public OpKernel {
       if constexpr (std::is_same_v<T, double>) {
         run_loop<T>(g, x, w, bias, y);
       } else {
-        if (g.c == 0 || x.numel() == 0) run_loop<T>(g, x, w, bias, y);  // no input: only the bias
-        else run_onednn(ctx, g, x, w, bias, y);
+        if (g.c == 0 || x.numel() == 0)
+          run_loop<T>(g, x, w, bias, y);  // no input: only the bias
+        else
+          run_onednn(ctx, g, x, w, bias, y);
       }
     });
   }
@@ -526,8 +540,10 @@ class ConvKernelBase : public OpKernel {
   void run_loop(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) const {
     using C = compute_type_t<T>;
     if constexpr (std::is_same_v<T, C>) {
-      if (transpose_) conv_transpose_loop<T>(g, x.data<T>(), w.data<T>(), bias ? bias->data<T>() : nullptr, y.data<T>());
-      else conv_loop<T>(g, x.data<T>(), w.data<T>(), bias ? bias->data<T>() : nullptr, y.data<T>());
+      if (transpose_)
+        conv_transpose_loop<T>(g, x.data<T>(), w.data<T>(), bias ? bias->data<T>() : nullptr, y.data<T>());
+      else
+        conv_loop<T>(g, x.data<T>(), w.data<T>(), bias ? bias->data<T>() : nullptr, y.data<T>());
     } else {  // only reached with no input elements: the output is the bias
       const int64_t plane = y.numel() / std::max<int64_t>(1, g.n * g.m);
       T* yp = y.data<T>();
@@ -628,9 +644,9 @@ class ConvKernelBase : public OpKernel {
 
 const KernelRegistration kConv{"", "Conv", 1, kLatestOpset,
                                [](const KernelInfo& info) { return std::make_unique<ConvKernelBase>(info, false); }};
-const KernelRegistration kConvTranspose{
-    "", "ConvTranspose", 1, kLatestOpset,
-    [](const KernelInfo& info) { return std::make_unique<ConvKernelBase>(info, true); }};
+const KernelRegistration kConvTranspose{"", "ConvTranspose", 1, kLatestOpset, [](const KernelInfo& info) {
+                                          return std::make_unique<ConvKernelBase>(info, true);
+                                        }};
 
 }  // namespace
 }  // namespace onnxtrain

@@ -27,8 +27,12 @@ namespace {
 
 constexpr int kEllipsisLabel = 52;  // labels 0-51 are letters; ellipsis axes follow
 
-int letter_label(char c) { return std::islower(static_cast<unsigned char>(c)) ? c - 'a' + 26 : c - 'A'; }
-char label_letter(int label) { return label < 26 ? static_cast<char>('A' + label) : static_cast<char>('a' + label - 26); }
+int letter_label(char c) {
+  return std::islower(static_cast<unsigned char>(c)) ? c - 'a' + 26 : c - 'A';
+}
+char label_letter(int label) {
+  return label < 26 ? static_cast<char>('A' + label) : static_cast<char>('a' + label - 26);
+}
 
 // One side of the equation as written: its letters, and where "..." stands (-1 if absent).
 struct Term {
@@ -165,7 +169,8 @@ void gather_into(const View<C>& v, const std::vector<int>& order, const std::vec
     return;
   }
   const int64_t inner = sizes.back(), step = strides.back();
-  const std::vector<int64_t> outer_dims(sizes.begin(), sizes.end() - 1), outer_strides(strides.begin(), strides.end() - 1);
+  const std::vector<int64_t> outer_dims(sizes.begin(), sizes.end() - 1),
+      outer_strides(strides.begin(), strides.end() - 1);
   const int64_t rows = total / inner;
   parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(inner, 1)), [&](int64_t begin, int64_t end) {
     Odometer it(outer_dims, outer_strides, begin);
@@ -229,8 +234,8 @@ class EinsumKernel final : public OpKernel {
   explicit EinsumKernel(const KernelInfo& info)
       : text_(info.string_attribute("equation")), equation_(parse_equation(info, text_)) {
     if (equation_.inputs.size() != info.input_count()) {
-      info.fail("equation '" + text_ + "' has " + std::to_string(equation_.inputs.size()) + " input terms but the node " +
-                "has " + std::to_string(info.input_count()) + " inputs");
+      info.fail("equation '" + text_ + "' has " + std::to_string(equation_.inputs.size()) +
+                " input terms but the node " + "has " + std::to_string(info.input_count()) + " inputs");
     }
   }
 
@@ -312,9 +317,11 @@ class EinsumKernel final : public OpKernel {
       v.dims.push_back(d);
       v.strides.push_back(axis_strides[k]);
       int64_t& size = size_of[static_cast<size_t>(label)];
-      if (size == -1 || size == 1) size = d;
+      if (size == -1 || size == 1)
+        size = d;
       else if (d != size && d != 1) {
-        const std::string name = label >= kEllipsisLabel ? "an axis under '...'" : "label '" + std::string(1, label_letter(label)) + "'";
+        const std::string name =
+            label >= kEllipsisLabel ? "an axis under '...'" : "label '" + std::string(1, label_letter(label)) + "'";
         ctx.fail(name + " has size " + std::to_string(d) + " in input " + std::to_string(i) + " " +
                  shape_string(x.shape()) + " but " + std::to_string(size) + " elsewhere (sizes must match or be 1)");
       }
@@ -339,8 +346,9 @@ class EinsumKernel final : public OpKernel {
         bool used = false;
         for (const Term& in : equation_.inputs)
           used = used || std::find(in.letters.begin(), in.letters.end(), label) != in.letters.end();
-        if (!used) ctx.fail("equation '" + text_ + "': output label '" + std::string(1, label_letter(label)) +
-                            "' appears in no input");
+        if (!used)
+          ctx.fail("equation '" + text_ + "': output label '" + std::string(1, label_letter(label)) +
+                   "' appears in no input");
       }
       return out;
     }
@@ -368,7 +376,8 @@ class EinsumKernel final : public OpKernel {
     // Labels still needed after operand i: the output's and those of later operands.
     auto needed_after = [&](size_t i) {
       std::vector<int> keep = out_labels;
-      for (size_t j = i + 1; j < views.size(); ++j) keep.insert(keep.end(), views[j].labels.begin(), views[j].labels.end());
+      for (size_t j = i + 1; j < views.size(); ++j)
+        keep.insert(keep.end(), views[j].labels.begin(), views[j].labels.end());
       return keep;
     };
     View<C> acc = reduce(ctx, views[0], needed_after(0));
@@ -427,8 +436,12 @@ class EinsumKernel final : public OpKernel {
     const std::vector<int> b_order_t = concat({&batch, &cols, &contracted});
     if (k == 1) {  // an outer product per batch entry (elementwise products included)
       const std::vector<int> a_flat = concat({&batch, &rows}), b_flat = concat({&batch, &cols});
-      const View<C> ap = a_flat.size() == a.labels.size() && is_dense(a, a_flat, sizes(a_flat)) ? a : packed(ctx, a, a_flat, sizes(a_flat));
-      const View<C> bp = b_flat.size() == b.labels.size() && is_dense(b, b_flat, sizes(b_flat)) ? b : packed(ctx, b, b_flat, sizes(b_flat));
+      const View<C> ap = a_flat.size() == a.labels.size() && is_dense(a, a_flat, sizes(a_flat))
+                             ? a
+                             : packed(ctx, a, a_flat, sizes(a_flat));
+      const View<C> bp = b_flat.size() == b.labels.size() && is_dense(b, b_flat, sizes(b_flat))
+                             ? b
+                             : packed(ctx, b, b_flat, sizes(b_flat));
       parallel_for(nb * m, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) {
           const C av = ap.data[r];

@@ -15,7 +15,9 @@ namespace {
 
 using onednn::memory;
 
-std::string dtype_string(DType t) { return std::string(dtype_name(t)); }
+std::string dtype_string(DType t) {
+  return std::string(dtype_name(t));
+}
 
 void check_same_dtype(KernelContext& ctx, const Tensor& a, const Tensor& b, const char* a_name, const char* b_name) {
   if (a.dtype() != b.dtype()) {
@@ -168,8 +170,8 @@ PreparedMatmul prepare_matmul(memory::data_type type, const memory::desc& a_md, 
 void run_matmul(const PreparedMatmul& p, const void* a, const void* b, void* c) {
   const bool packed = p.packed_b.defined();
   onednn::execute(p.primitive, {{DNNL_ARG_SRC, onednn::wrap(p.a_md, a)},
-                                {DNNL_ARG_WEIGHTS, packed ? onednn::wrap(p.packed_b_md, p.packed_b.raw_data())
-                                                          : onednn::wrap(p.b_md, b)},
+                                {DNNL_ARG_WEIGHTS,
+                                 packed ? onednn::wrap(p.packed_b_md, p.packed_b.raw_data()) : onednn::wrap(p.b_md, b)},
                                 {DNNL_ARG_DST, onednn::wrap(p.c_md, c)}});
 }
 
@@ -196,9 +198,8 @@ class MatMulKernel final : public OpKernel {
       run_onednn(ctx, a, b, out, p);
       return;
     }
-    dispatch<MATMUL_LOOP_TYPES>(dtype, "MatMul", [&]<typename T>() {
-      onednn::matmul_loop(a.data<T>(), b.data<T>(), out.data<T>(), p.batch);
-    });
+    dispatch<MATMUL_LOOP_TYPES>(
+        dtype, "MatMul", [&]<typename T>() { onednn::matmul_loop(a.data<T>(), b.data<T>(), out.data<T>(), p.batch); });
   }
 
  private:
@@ -281,9 +282,9 @@ class GemmKernel final : public OpKernel {
     const int64_t kb = trans_b_ ? b.dim(1) : b.dim(0);
     s.n = trans_b_ ? b.dim(0) : b.dim(1);
     if (kb != s.k) {
-      ctx.fail("inner dimensions do not match: A" + std::string(trans_a_ ? "^T" : "") + " is " +
-               std::to_string(s.m) + "x" + std::to_string(s.k) + " but B" + (trans_b_ ? "^T" : "") + " is " +
-               std::to_string(kb) + "x" + std::to_string(s.n));
+      ctx.fail("inner dimensions do not match: A" + std::string(trans_a_ ? "^T" : "") + " is " + std::to_string(s.m) +
+               "x" + std::to_string(s.k) + " but B" + (trans_b_ ? "^T" : "") + " is " + std::to_string(kb) + "x" +
+               std::to_string(s.n));
     }
     return s;
   }
@@ -311,8 +312,10 @@ class GemmKernel final : public OpKernel {
     T* po = out.data<T>();
     for_each_broadcast_row<1>(shape, {&c.shape()}, [&](int64_t o, const auto& offsets, const auto& strides, int64_t n) {
       const T* x = pc + offsets[0];
-      if (strides[0] == 1) std::memcpy(po + o, x, static_cast<size_t>(n) * sizeof(T));
-      else std::fill(po + o, po + o + n, *x);
+      if (strides[0] == 1)
+        std::memcpy(po + o, x, static_cast<size_t>(n) * sizeof(T));
+      else
+        std::fill(po + o, po + o + n, *x);
     });
   }
 
@@ -377,8 +380,10 @@ class GemmKernel final : public OpKernel {
     const Tensor bt = trans_b_ ? transposed<T>(ctx, b) : b;
     onednn::MatmulBatch batch{s.m, s.k, s.n, s.k, s.n, {0}, {0}};
     T* po = out.data<T>();
-    if (s.k == 0) std::fill(po, po + out.numel(), T(0));
-    else onednn::matmul_loop(at.data<T>(), bt.data<T>(), po, batch);
+    if (s.k == 0)
+      std::fill(po, po + out.numel(), T(0));
+    else
+      onednn::matmul_loop(at.data<T>(), bt.data<T>(), po, batch);
     if (alpha_ == 1.0f && !c) return;
     Tensor cb;
     if (c) {

@@ -190,9 +190,9 @@ class BatchNormKernel final : public OpKernel {
   bool training_, per_activation_;
 };
 
-const KernelRegistration kBatchNormalization{
-    "", "BatchNormalization", 6, kLatestOpset,
-    [](const KernelInfo& info) { return std::make_unique<BatchNormKernel>(info); }};
+const KernelRegistration kBatchNormalization{"", "BatchNormalization", 6, kLatestOpset, [](const KernelInfo& info) {
+                                               return std::make_unique<BatchNormKernel>(info);
+                                             }};
 
 // ---- LayerNormalization ----
 
@@ -234,7 +234,8 @@ class LayerNormKernel final : public OpKernel {
   explicit LayerNormKernel(const KernelInfo& info)
       : axis_(info.int_attribute("axis", -1)), epsilon_(info.float_attribute("epsilon", 1e-5f)) {
     const int64_t stash = info.int_attribute("stash_type", 1);
-    if (stash != 1) info.fail("stash_type is " + std::to_string(stash) + "; onnxtrain computes statistics in float (1)");
+    if (stash != 1)
+      info.fail("stash_type is " + std::to_string(stash) + "; onnxtrain computes statistics in float (1)");
   }
 
   void compute(KernelContext& ctx) override {
@@ -242,8 +243,8 @@ class LayerNormKernel final : public OpKernel {
     check_float(ctx, x, "X");
     const int64_t rank = static_cast<int64_t>(x.rank());
     if (axis_ < -rank || axis_ >= rank) {
-      ctx.fail("axis " + std::to_string(axis_) + " is out of range for X " + shape_string(x.shape()) +
-               " (expected -" + std::to_string(rank) + " to " + std::to_string(rank - 1) + ")");
+      ctx.fail("axis " + std::to_string(axis_) + " is out of range for X " + shape_string(x.shape()) + " (expected -" +
+               std::to_string(rank) + " to " + std::to_string(rank - 1) + ")");
     }
     const size_t axis = static_cast<size_t>(axis_ < 0 ? axis_ + rank : axis_);
     const Shape normalized(x.shape().begin() + static_cast<int64_t>(axis), x.shape().end());
@@ -274,7 +275,8 @@ class LayerNormKernel final : public OpKernel {
     Tensor* mean = ctx.has_output(1) ? &ctx.allocate_output(1, stat_type, stat_shape) : nullptr;
     Tensor* inv_std = ctx.has_output(2) ? &ctx.allocate_output(2, stat_type, stat_shape) : nullptr;
     if (rows == 0) return;
-    if (cols == 0) ctx.fail("X " + shape_string(x.shape()) + " has nothing to normalize from axis " + std::to_string(axis));
+    if (cols == 0)
+      ctx.fail("X " + shape_string(x.shape()) + " has nothing to normalize from axis " + std::to_string(axis));
 
     if (x.dtype() == DType::kFloat32) {
       const float* s = plain_params ? ctx.input(1).data<float>() : scale32.data();
@@ -347,9 +349,9 @@ class LayerNormKernel final : public OpKernel {
   onednn::ShapeCache<dnnl::layer_normalization_forward> cache_;
 };
 
-const KernelRegistration kLayerNormalization{
-    "", "LayerNormalization", 17, kLatestOpset,
-    [](const KernelInfo& info) { return std::make_unique<LayerNormKernel>(info); }};
+const KernelRegistration kLayerNormalization{"", "LayerNormalization", 17, kLatestOpset, [](const KernelInfo& info) {
+                                               return std::make_unique<LayerNormKernel>(info);
+                                             }};
 
 // ---- InstanceNormalization and GroupNormalization ----
 
@@ -411,7 +413,8 @@ KernelFactory group_norm_factory(bool per_channel) {
     const int64_t groups = info.int_attribute("num_groups");
     if (groups < 1) info.fail("num_groups is " + std::to_string(groups) + ", expected 1 or more");
     const int64_t stash = info.int_attribute("stash_type", 1);
-    if (stash != 1) info.fail("stash_type is " + std::to_string(stash) + "; onnxtrain computes statistics in float (1)");
+    if (stash != 1)
+      info.fail("stash_type is " + std::to_string(stash) + "; onnxtrain computes statistics in float (1)");
     return make_kernel([=](KernelContext& ctx) {
       const Tensor& x = ctx.input(0);
       check_float(ctx, x, "X");
@@ -450,44 +453,46 @@ const KernelRegistration kGroupNormalization21{"", "GroupNormalization", 21, kLa
 // ---- LpNormalization ----
 
 // y = x / ||x||_p along one axis (p = 1 or 2).
-const KernelRegistration kLpNormalization{"", "LpNormalization", 1, kLatestOpset, [](const KernelInfo& info) {
-  const int64_t axis = info.int_attribute("axis", -1);
-  const int64_t p = info.int_attribute("p", 2);
-  if (p != 1 && p != 2) info.fail("p is " + std::to_string(p) + ", expected 1 or 2");
-  return make_kernel([axis, p](KernelContext& ctx) {
-    const Tensor& x = ctx.input(0);
-    check_float(ctx, x, "input");
-    const int64_t rank = static_cast<int64_t>(x.rank());
-    if (axis < -rank || axis >= rank) {
-      ctx.fail("axis " + std::to_string(axis) + " is out of range for input " + shape_string(x.shape()) +
-               " (expected -" + std::to_string(rank) + " to " + std::to_string(rank - 1) + ")");
-    }
-    const size_t a = static_cast<size_t>(axis < 0 ? axis + rank : axis);
-    const int64_t len = x.shape()[a];
-    const int64_t inner = shape_size(std::span(x.shape()).subspan(a + 1));
-    const int64_t outer = len * inner == 0 ? 0 : x.numel() / (len * inner);
-    Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
-    if (y.numel() == 0) return;
-    dispatch<float, double, Float16, BFloat16>(x.dtype(), "LpNormalization", [&]<typename T>() {
-      using A = acc_t<T>;
-      const T* px = x.data<T>();
-      T* py = y.data<T>();
-      parallel_for(outer * inner, std::max<int64_t>(1, 4096 / len), [&](int64_t begin, int64_t end) {
-        for (int64_t r = begin; r < end; ++r) {
-          const int64_t base = (r / inner) * len * inner + r % inner;
-          A norm = 0;
-          for (int64_t i = 0; i < len; ++i) {
-            const A v = static_cast<A>(px[base + i * inner]);
-            norm += p == 1 ? std::abs(v) : v * v;
-          }
-          if (p == 2) norm = std::sqrt(norm);
-          const A scale = A(1) / norm;  // a zero norm gives NaN (0 / 0), as ONNX's x / norm does
-          for (int64_t i = 0; i < len; ++i) py[base + i * inner] = static_cast<T>(static_cast<A>(px[base + i * inner]) * scale);
+const KernelRegistration kLpNormalization{
+    "", "LpNormalization", 1, kLatestOpset, [](const KernelInfo& info) {
+      const int64_t axis = info.int_attribute("axis", -1);
+      const int64_t p = info.int_attribute("p", 2);
+      if (p != 1 && p != 2) info.fail("p is " + std::to_string(p) + ", expected 1 or 2");
+      return make_kernel([axis, p](KernelContext& ctx) {
+        const Tensor& x = ctx.input(0);
+        check_float(ctx, x, "input");
+        const int64_t rank = static_cast<int64_t>(x.rank());
+        if (axis < -rank || axis >= rank) {
+          ctx.fail("axis " + std::to_string(axis) + " is out of range for input " + shape_string(x.shape()) +
+                   " (expected -" + std::to_string(rank) + " to " + std::to_string(rank - 1) + ")");
         }
+        const size_t a = static_cast<size_t>(axis < 0 ? axis + rank : axis);
+        const int64_t len = x.shape()[a];
+        const int64_t inner = shape_size(std::span(x.shape()).subspan(a + 1));
+        const int64_t outer = len * inner == 0 ? 0 : x.numel() / (len * inner);
+        Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
+        if (y.numel() == 0) return;
+        dispatch<float, double, Float16, BFloat16>(x.dtype(), "LpNormalization", [&]<typename T>() {
+          using A = acc_t<T>;
+          const T* px = x.data<T>();
+          T* py = y.data<T>();
+          parallel_for(outer * inner, std::max<int64_t>(1, 4096 / len), [&](int64_t begin, int64_t end) {
+            for (int64_t r = begin; r < end; ++r) {
+              const int64_t base = (r / inner) * len * inner + r % inner;
+              A norm = 0;
+              for (int64_t i = 0; i < len; ++i) {
+                const A v = static_cast<A>(px[base + i * inner]);
+                norm += p == 1 ? std::abs(v) : v * v;
+              }
+              if (p == 2) norm = std::sqrt(norm);
+              const A scale = A(1) / norm;  // a zero norm gives NaN (0 / 0), as ONNX's x / norm does
+              for (int64_t i = 0; i < len; ++i)
+                py[base + i * inner] = static_cast<T>(static_cast<A>(px[base + i * inner]) * scale);
+            }
+          });
+        });
       });
-    });
-  });
-}};
+    }};
 
 }  // namespace
 }  // namespace onnxtrain

@@ -15,13 +15,20 @@ dnnl::stream& stream() {
 
 std::optional<memory::data_type> data_type(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return memory::data_type::f32;
-    case DType::kBFloat16: return memory::data_type::bf16;
-    case DType::kFloat16: return memory::data_type::f16;
-    case DType::kInt8: return memory::data_type::s8;
-    case DType::kUInt8: return memory::data_type::u8;
-    case DType::kInt32: return memory::data_type::s32;
-    default: return std::nullopt;
+    case DType::kFloat32:
+      return memory::data_type::f32;
+    case DType::kBFloat16:
+      return memory::data_type::bf16;
+    case DType::kFloat16:
+      return memory::data_type::f16;
+    case DType::kInt8:
+      return memory::data_type::s8;
+    case DType::kUInt8:
+      return memory::data_type::u8;
+    case DType::kInt32:
+      return memory::data_type::s32;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -48,8 +55,6 @@ void execute(const dnnl::primitive& primitive, const std::unordered_map<int, mem
   s.wait();
 }
 
-std::string implementation(const dnnl::primitive_desc_base& pd) { return pd.impl_info_str(); }
-
 bool is_reference(const dnnl::primitive_desc_base& pd) {
   const std::string name = pd.impl_info_str();
   return name.rfind("ref", 0) == 0 || name.find("simple") != std::string::npos;
@@ -70,30 +75,37 @@ void Reorder::run(const void* source, void* target) const {
   execute(primitive_, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
 }
 
+// Converts n elements between float32 and a 16-bit float type with a oneDNN reorder
+// (vectorized, F16C / AVX-512 BF16 conversions); false for other types.
+bool convert_16bit(DType from, const void* in, DType to, void* out, int64_t n) {
+  const auto from_type = data_type(from), to_type = data_type(to);
+  const bool sixteen =
+      from == DType::kFloat16 || from == DType::kBFloat16 || to == DType::kFloat16 || to == DType::kBFloat16;
+  if (!sixteen || !from_type || !to_type || n == 0) return n == 0;
+  reorder(plain_desc({n}, *from_type), in, plain_desc({n}, *to_type), out);
+  return true;
+}
+
 Tensor to_float32(KernelContext& ctx, const Tensor& tensor) {
   Tensor out = ctx.allocate_scratch(DType::kFloat32, tensor.shape());
-  dispatch<Float16, BFloat16, double, float>(tensor.dtype(), "to_float32", [&]<typename T>() {
-    convert(tensor.data<T>(), out.data<float>(), tensor.numel());
-  });
+  if (convert_16bit(tensor.dtype(), tensor.raw_data(), DType::kFloat32, out.raw_data(), tensor.numel())) return out;
+  dispatch<double, float>(tensor.dtype(), "to_float32",
+                          [&]<typename T>() { convert(tensor.data<T>(), out.data<float>(), tensor.numel()); });
   return out;
 }
 
 Tensor float32_copy(const Tensor& tensor) {
   Tensor out = Tensor::empty(DType::kFloat32, tensor.shape());
-  dispatch<Float16, BFloat16, double, float>(tensor.dtype(), "float32_copy", [&]<typename T>() {
-    convert(tensor.data<T>(), out.data<float>(), tensor.numel());
-  });
+  if (convert_16bit(tensor.dtype(), tensor.raw_data(), DType::kFloat32, out.raw_data(), tensor.numel())) return out;
+  dispatch<double, float>(tensor.dtype(), "float32_copy",
+                          [&]<typename T>() { convert(tensor.data<T>(), out.data<float>(), tensor.numel()); });
   return out;
 }
 
 void from_float32(const Tensor& values, Tensor& out) {
-  dispatch<Float16, BFloat16, double, float>(out.dtype(), "from_float32", [&]<typename T>() {
-    const float* in = values.data<float>();
-    T* o = out.data<T>();
-    parallel_for(out.numel(), 65536, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) o[i] = static_cast<T>(in[i]);
-    });
-  });
+  if (convert_16bit(DType::kFloat32, values.raw_data(), out.dtype(), out.raw_data(), out.numel())) return;
+  dispatch<double, float>(out.dtype(), "from_float32",
+                          [&]<typename T>() { convert(values.data<float>(), out.data<T>(), out.numel()); });
 }
 
 void BatchedMatmul::run(const float* a, const float* b, float* c, int64_t batch, int64_t m, int64_t k, int64_t n,

@@ -1,7 +1,11 @@
-// The shared oneDNN engine and stream, and the small pieces every oneDNN-backed kernel
-// needs: memory descriptors from shapes, 16-bit float conversion, a per-shape cache of
-// prepared primitives, and plain loops for the element types oneDNN does not compute
-// (float64, integers).
+// The shared oneDNN engine and stream, and the small pieces the kernels of the nn family
+// (matmul, conv, pool, normalization, softmax, einsum) share: memory descriptors from
+// shapes, reorders, 16-bit float conversion, a per-shape cache of prepared primitives,
+// reductions that vectorize, and the matrix-product loop for the element types oneDNN
+// does not compute (float64, integers).
+//
+// oneDNN runs on OpenMP, like the rest of the engine: a primitive uses
+// omp_get_max_threads() threads, which the session sets from intra_op_num_threads.
 #pragma once
 
 #include <onnxtrain/tensor.h>
@@ -35,8 +39,6 @@ std::optional<memory::data_type> data_type(DType dtype);
 // AVX-512 (oneDNN emulates or uses native bf16); float16 only on AVX512-FP16 CPUs.
 bool computes_natively(DType dtype);
 
-inline memory::dims dims_of(std::span<const int64_t> shape) { return memory::dims(shape.begin(), shape.end()); }
-
 // Row-major strides of `dims`.
 memory::dims plain_strides(const memory::dims& dims);
 
@@ -58,9 +60,8 @@ inline memory wrap(const memory::desc& desc, const void* data) {
 // Runs a primitive on the thread's stream and waits for it.
 void execute(const dnnl::primitive& primitive, const std::unordered_map<int, memory>& args);
 
-// The implementation oneDNN picked ("brg:avx512_core", "jit:avx512_core", "ref:any", ...).
-std::string implementation(const dnnl::primitive_desc_base& pd);
-// True when oneDNN fell back to its slow reference code.
+// True when oneDNN fell back to its slow reference code (its implementation name, as
+// ONEDNN_VERBOSE=1 prints it, starts with "ref" or is a "simple" one).
 bool is_reference(const dnnl::primitive_desc_base& pd);
 
 // Copies `source` into the layout of `target_desc` (a reorder), into `target` bytes. For

@@ -96,7 +96,8 @@ std::vector<int64_t> per_axis(KernelContext& ctx, const std::vector<int64_t>& v,
 }
 
 PoolGeometry pool_geometry(KernelContext& ctx, const PoolAttributes& a, const Tensor& x) {
-  if (x.rank() < 3) ctx.fail("X must be [N, C, spatial...] with 1 or more spatial axes, got " + shape_string(x.shape()));
+  if (x.rank() < 3)
+    ctx.fail("X must be [N, C, spatial...] with 1 or more spatial axes, got " + shape_string(x.shape()));
   PoolGeometry g;
   g.axes = x.rank() - 2;
   if (g.axes > 3) {
@@ -141,8 +142,8 @@ PoolGeometry pool_geometry(KernelContext& ctx, const PoolAttributes& a, const Te
         const int64_t span = g.in[j] + g.pad_begin[j] + g.pad_end[j] - extent;
         if (span < 0) {
           ctx.fail("the pooling window (extent " + std::to_string(extent) + ") is larger than the padded input (" +
-                   std::to_string(g.in[j] + g.pad_begin[j] + g.pad_end[j]) + ") on spatial axis " +
-                   std::to_string(i) + " of X " + shape_string(x.shape()));
+                   std::to_string(g.in[j] + g.pad_begin[j] + g.pad_end[j]) + ") on spatial axis " + std::to_string(i) +
+                   " of X " + shape_string(x.shape()));
         }
         g.out[j] = (a.ceil_mode ? (span + s - 1) / s : span / s) + 1;
         // In ceil mode the last window must start inside the input or its begin pad.
@@ -191,8 +192,8 @@ void pool_loop(const PoolAttributes& a, const PoolGeometry& g, const T* x, T* y,
               for (int64_t kd = d0; kd < d1; ++kd)
                 for (int64_t kh = h0; kh < h1; ++kh)
                   for (int64_t kw = w0; kw < w1; ++kw) {
-                    const int64_t at =
-                        ((sd + kd * g.dilation[0]) * g.in[1] + sh + kh * g.dilation[1]) * g.in[2] + sw + kw * g.dilation[2];
+                    const int64_t at = ((sd + kd * g.dilation[0]) * g.in[1] + sh + kh * g.dilation[1]) * g.in[2] + sw +
+                                       kw * g.dilation[2];
                     const C v = static_cast<C>(xp[at]);
                     if (v > best || best_at < 0) {
                       best = v;
@@ -204,7 +205,8 @@ void pool_loop(const PoolAttributes& a, const PoolGeometry& g, const T* x, T* y,
                 // ONNX's index runs over the whole tensor, row or column major in the spatial axes.
                 int64_t flat = best_at < 0 ? 0 : best_at;
                 if (a.column_major_indices && best_at >= 0) {
-                  const int64_t w = best_at % g.in[2], h = best_at / g.in[2] % g.in[1], d = best_at / (g.in[2] * g.in[1]);
+                  const int64_t w = best_at % g.in[2], h = best_at / g.in[2] % g.in[1],
+                                d = best_at / (g.in[2] * g.in[1]);
                   flat = (w * g.in[1] + h) * g.in[0] + d;
                 }
                 ip[o] = plane * is + flat;
@@ -215,8 +217,9 @@ void pool_loop(const PoolAttributes& a, const PoolGeometry& g, const T* x, T* y,
             for (int64_t kd = d0; kd < d1; ++kd)
               for (int64_t kh = h0; kh < h1; ++kh)
                 for (int64_t kw = w0; kw < w1; ++kw) {
-                  const Acc v = static_cast<Acc>(static_cast<C>(
-                      xp[((sd + kd * g.dilation[0]) * g.in[1] + sh + kh * g.dilation[1]) * g.in[2] + sw + kw * g.dilation[2]]));
+                  const Acc v = static_cast<Acc>(
+                      static_cast<C>(xp[((sd + kd * g.dilation[0]) * g.in[1] + sh + kh * g.dilation[1]) * g.in[2] + sw +
+                                        kw * g.dilation[2]]));
                   sum += a.kind == PoolKind::kLp ? static_cast<Acc>(std::pow(std::abs(v), a.p)) : v;
                 }
             if (a.kind == PoolKind::kLp) {
@@ -225,9 +228,12 @@ void pool_loop(const PoolAttributes& a, const PoolGeometry& g, const T* x, T* y,
             }
             int64_t count = (d1 - d0) * (h1 - h0) * (w1 - w0);
             if (a.count_include_pad) {  // taps inside the input and its explicit pads
-              auto [pd0, pd1] = taps(sd + g.pad_begin[0], g.kernel[0], g.dilation[0], g.in[0] + g.pad_begin[0] + g.pad_end[0]);
-              auto [ph0, ph1] = taps(sh + g.pad_begin[1], g.kernel[1], g.dilation[1], g.in[1] + g.pad_begin[1] + g.pad_end[1]);
-              auto [pw0, pw1] = taps(sw + g.pad_begin[2], g.kernel[2], g.dilation[2], g.in[2] + g.pad_begin[2] + g.pad_end[2]);
+              auto [pd0, pd1] =
+                  taps(sd + g.pad_begin[0], g.kernel[0], g.dilation[0], g.in[0] + g.pad_begin[0] + g.pad_end[0]);
+              auto [ph0, ph1] =
+                  taps(sh + g.pad_begin[1], g.kernel[1], g.dilation[1], g.in[1] + g.pad_begin[1] + g.pad_end[1]);
+              auto [pw0, pw1] =
+                  taps(sw + g.pad_begin[2], g.kernel[2], g.dilation[2], g.in[2] + g.pad_begin[2] + g.pad_end[2]);
               count = (pd1 - pd0) * (ph1 - ph0) * (pw1 - pw0);
             }
             yp[o] = static_cast<T>(static_cast<C>(count > 0 ? sum / static_cast<Acc>(count) : Acc(0)));
@@ -241,7 +247,8 @@ void pool_loop(const PoolAttributes& a, const PoolGeometry& g, const T* x, T* y,
 // oneDNN derives the output size from the pads, floor((in + pads - extent) / stride) + 1:
 // a ceil-mode overhang becomes end padding.
 int64_t onednn_pad_end(const PoolGeometry& g, size_t j) {
-  const int64_t needed = (g.out[j] - 1) * g.stride[j] + (g.kernel[j] - 1) * g.dilation[j] + 1 - g.in[j] - g.pad_begin[j];
+  const int64_t needed =
+      (g.out[j] - 1) * g.stride[j] + (g.kernel[j] - 1) * g.dilation[j] + 1 - g.in[j] - g.pad_begin[j];
   return std::max(g.pad_end[j], needed);
 }
 
@@ -272,8 +279,8 @@ PreparedPool prepare_pool(const PoolAttributes& a, const PoolGeometry& g, memory
     pad_r.push_back(onednn_pad_end(g, j));
   }
   const dnnl::algorithm algorithm = a.kind == PoolKind::kMax ? dnnl::algorithm::pooling_max
-                                    : a.count_include_pad   ? dnnl::algorithm::pooling_avg_include_padding
-                                                            : dnnl::algorithm::pooling_avg_exclude_padding;
+                                    : a.count_include_pad    ? dnnl::algorithm::pooling_avg_include_padding
+                                                             : dnnl::algorithm::pooling_avg_exclude_padding;
   PreparedPool p;
   p.src = onednn::plain_desc(src_dims, type);
   p.dst = onednn::plain_desc(dst_dims, type);
@@ -351,20 +358,14 @@ void global_pool(PoolKind kind, double p, const T* x, T* y, int64_t planes, int6
         y[plane] = static_cast<T>(best);
         continue;
       }
-      // Sixteen partial sums: a dependency chain the compiler can vectorize.
-      constexpr int kLanes = 16;
-      Acc lanes[kLanes] = {};
-      int64_t i = 0;
-      if (kind == PoolKind::kAverage) {
-        for (; i + kLanes <= size; i += kLanes)
-          for (int l = 0; l < kLanes; ++l) lanes[l] += static_cast<Acc>(static_cast<C>(xp[i + l]));
-        for (; i < size; ++i) lanes[0] += static_cast<Acc>(static_cast<C>(xp[i]));
-      } else {
-        for (; i < size; ++i) lanes[i % kLanes] += static_cast<Acc>(std::pow(std::abs(static_cast<double>(xp[i])), p));
-      }
-      Acc sum = 0;
-      for (Acc v : lanes) sum += v;
-      const Acc value = kind == PoolKind::kAverage ? sum / static_cast<Acc>(size) : static_cast<Acc>(std::pow(sum, 1.0 / p));
+      const Acc sum =
+          kind == PoolKind::kAverage
+              ? onednn::lane_sum<Acc>(size, [&](int64_t i) { return static_cast<Acc>(static_cast<C>(xp[i])); })
+              : onednn::lane_sum<Acc>(size, [&](int64_t i) {
+                  return static_cast<Acc>(std::pow(std::abs(static_cast<double>(xp[i])), p));
+                });
+      const Acc value =
+          kind == PoolKind::kAverage ? sum / static_cast<Acc>(size) : static_cast<Acc>(std::pow(sum, 1.0 / p));
       y[plane] = static_cast<T>(static_cast<C>(value));
     }
   });

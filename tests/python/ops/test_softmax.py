@@ -80,3 +80,11 @@ def test_rejects_axis_out_of_range(op):
 def test_rejects_integer_input():
     with pytest.raises((ValueError, RuntimeError), match=r"unsupported element type int32"):
         check_op("Softmax", {"x": np.ones((2, 3), np.int32)}, opset=13, reference="onnx.reference")
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax"])
+@pytest.mark.parametrize("axis", [-1, 0])
+def test_nan_spreads_over_its_slice(op, axis):
+    x = randn(3, 4)
+    x[1, 2] = np.nan
+    check_op(op, {"x": x}, {"axis": axis}, opset=13)
