@@ -10,6 +10,7 @@
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "ops/cpu/layout.h"
 #include "ops/kernel_registry.h"
 
 namespace onnxtrain {
@@ -17,27 +18,6 @@ namespace {
 
 // ---------------------------------------------------------------------------------------
 // Helpers
-
-// Calls f.template operator()<U>() with an unsigned type of `bytes` bytes.
-template <typename F>
-void dispatch_by_size(size_t bytes, F&& f) {
-  switch (bytes) {
-    case 1:
-      f.template operator()<uint8_t>();
-      return;
-    case 2:
-      f.template operator()<uint16_t>();
-      return;
-    case 4:
-      f.template operator()<uint32_t>();
-      return;
-    case 8:
-      f.template operator()<uint64_t>();
-      return;
-    default:
-      throw Error("no element type of " + std::to_string(bytes) + " bytes", ErrorKind::kNotImplemented);
-  }
-}
 
 // Calls f.template operator()<I>() with the index type of `indices` (int32 or int64).
 template <typename F>
@@ -47,24 +27,6 @@ void dispatch_index(const KernelContext& ctx, const Tensor& indices, F&& f) {
   ctx.fail("indices must be int32 or int64, got " + std::string(dtype_name(indices.dtype())));
 }
 
-template <typename Where>
-int64_t normalize_axis(const Where& where, int64_t axis, int64_t rank) {
-  if (axis < -rank || axis >= rank) {
-    where.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank) + " (expected " +
-               std::to_string(-rank) + ".." + std::to_string(rank - 1) + ")");
-  }
-  return axis < 0 ? axis + rank : axis;
-}
-
-std::vector<int64_t> contiguous_strides(const Shape& shape) {
-  std::vector<int64_t> strides(shape.size());
-  int64_t s = 1;
-  for (size_t d = shape.size(); d-- > 0;) {
-    strides[d] = s;
-    s *= shape[d];
-  }
-  return strides;
-}
 
 [[noreturn]] void fail_index(const KernelContext& ctx, int64_t index, int64_t axis, int64_t size) {
   ctx.fail("index " + std::to_string(index) + " is out of range for axis " + std::to_string(axis) + " of size " +
