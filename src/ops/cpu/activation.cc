@@ -17,13 +17,14 @@ namespace {
 using elementwise::binary;
 using elementwise::unary;
 
-// A kernel applying op(x, parameters...) to the float types; op sees float for the 16-bit
-// floats and double for double.
+// A kernel applying op(x) to the float types; op sees float for the 16-bit floats and
+// double for double. The ops compute every value before choosing one, as a select: under
+// GCC's default -ftrapping-math a float operation on one side of a condition stops the
+// loop from vectorizing.
 template <typename Op>
 std::unique_ptr<OpKernel> float_activation(Op op) {
   return make_kernel([op](KernelContext& ctx) {
-    dispatch<ONNXTRAIN_FLOAT_TYPES>(ctx.input(0).dtype(), ctx.node().op_type,
-                                    [&]<typename T>() { unary<T>(ctx, op); });
+    dispatch<ONNXTRAIN_FLOAT_TYPES>(ctx.input(0).dtype(), ctx.node().op_type, [&]<typename T>() { unary<T>(ctx, op); });
   });
 }
 
@@ -40,7 +41,8 @@ const KernelRegistration kLeakyRelu{"", "LeakyRelu", 6, kLatestOpset, [](const K
                                       const float alpha = info.float_attribute("alpha", 0.01f);
                                       return float_activation([alpha](auto x) {
                                         using F = decltype(x);
-                                        return x >= F(0) ? x : F(alpha) * x;
+                                        const F scaled = F(alpha) * x;
+                                        return x >= F(0) ? x : scaled;
                                       });
                                     }};
 
@@ -48,7 +50,8 @@ const KernelRegistration kElu{"", "Elu", 6, kLatestOpset, [](const KernelInfo& i
                                 const float alpha = info.float_attribute("alpha", 1.0f);
                                 return float_activation([alpha](auto x) {
                                   using F = decltype(x);
-                                  return x >= F(0) ? x : F(alpha) * vector_math::expm1(x);
+                                  const F negative = F(alpha) * vector_math::expm1(x);
+                                  return x >= F(0) ? x : negative;
                                 });
                               }};
 
@@ -57,7 +60,9 @@ const KernelRegistration kSelu{"", "Selu", 6, kLatestOpset, [](const KernelInfo&
                                  const float gamma = info.float_attribute("gamma", 1.05070102214813232421875f);
                                  return float_activation([alpha, gamma](auto x) {
                                    using F = decltype(x);
-                                   return x > F(0) ? F(gamma) * x : F(gamma) * F(alpha) * vector_math::expm1(x);
+                                   const F positive = F(gamma) * x;
+                                   const F negative = F(gamma) * F(alpha) * vector_math::expm1(x);
+                                   return x > F(0) ? positive : negative;
                                  });
                                }};
 
@@ -66,7 +71,8 @@ const KernelRegistration kCelu{"", "Celu", 12, kLatestOpset, [](const KernelInfo
                                  if (alpha == 0) info.fail("attribute 'alpha' is 0, expected a non-zero value");
                                  return float_activation([alpha](auto x) {
                                    using F = decltype(x);
-                                   return x > F(0) ? x : F(alpha) * vector_math::expm1(x / F(alpha));
+                                   const F negative = F(alpha) * vector_math::expm1(x / F(alpha));
+                                   return x > F(0) ? x : negative;
                                  });
                                }};
 
@@ -78,8 +84,9 @@ const KernelRegistration kThresholdedRelu{"", "ThresholdedRelu", 10, kLatestOpse
                                             });
                                           }};
 
-const KernelRegistration kSigmoid{"", "Sigmoid", 6, kLatestOpset,
-                                  [](const KernelInfo&) { return float_activation([](auto x) { return vector_math::sigmoid(x); }); }};
+const KernelRegistration kSigmoid{"", "Sigmoid", 6, kLatestOpset, [](const KernelInfo&) {
+                                    return float_activation([](auto x) { return vector_math::sigmoid(x); });
+                                  }};
 
 template <typename F>
 ONNXTRAIN_VECTOR_INLINE F hard_sigmoid(F x, F alpha, F beta) {
@@ -109,8 +116,9 @@ ONNXTRAIN_VECTOR_INLINE F softplus(F x) {
   return std::max(x, F(0)) + vector_math::log1p_nonnegative(vector_math::exp(-a));
 }
 
-const KernelRegistration kSoftplus{"", "Softplus", 1, kLatestOpset,
-                                   [](const KernelInfo&) { return float_activation([](auto x) { return softplus(x); }); }};
+const KernelRegistration kSoftplus{"", "Softplus", 1, kLatestOpset, [](const KernelInfo&) {
+                                     return float_activation([](auto x) { return softplus(x); });
+                                   }};
 
 const KernelRegistration kSoftsign{"", "Softsign", 1, kLatestOpset, [](const KernelInfo&) {
                                      return float_activation([](auto x) { return x / (decltype(x)(1) + std::abs(x)); });
@@ -141,21 +149,24 @@ const KernelRegistration kGelu{
     }};
 
 // y = x for x >= 0, slope * x otherwise; the slope broadcasts to x's shape (one direction only).
-const KernelRegistration kPRelu{
-    "", "PRelu", 7, kLatestOpset, [](const KernelInfo&) {
-      return make_kernel([](KernelContext& ctx) {
-        elementwise::require_same_dtype(ctx, 0, 1);
-        const Tensor& x = ctx.input(0);
-        const Tensor& slope = ctx.input(1);
-        if (broadcast_shapes(x.shape(), slope.shape()) != x.shape()) {
-          ctx.fail("input 1 (slope) has shape " + shape_string(slope.shape()) + ", which does not broadcast to X's shape " +
-                   shape_string(x.shape()));
-        }
-        dispatch<ONNXTRAIN_FLOAT_TYPES, ONNXTRAIN_SIGNED_INT_TYPES>(x.dtype(), "PRelu", [&]<typename T>() {
-          binary<T, T, T>(ctx, [](auto v, auto s) { return v < decltype(v)(0) ? s * v : v; });
-        });
-      });
-    }};
+const KernelRegistration kPRelu{"", "PRelu", 7, kLatestOpset, [](const KernelInfo&) {
+                                  return make_kernel([](KernelContext& ctx) {
+                                    elementwise::require_same_dtype(ctx, 0, 1);
+                                    const Tensor& x = ctx.input(0);
+                                    const Tensor& slope = ctx.input(1);
+                                    if (broadcast_shapes(x.shape(), slope.shape()) != x.shape()) {
+                                      ctx.fail("input 1 (slope) has shape " + shape_string(slope.shape()) +
+                                               ", which does not broadcast to X's shape " + shape_string(x.shape()));
+                                    }
+                                    dispatch<ONNXTRAIN_FLOAT_TYPES, ONNXTRAIN_SIGNED_INT_TYPES>(
+                                        x.dtype(), "PRelu", [&]<typename T>() {
+                                          binary<T, T, T>(ctx, [](auto v, auto s) {
+                                            const auto scaled = s * v;
+                                            return v < decltype(v)(0) ? scaled : v;
+                                          });
+                                        });
+                                  });
+                                }};
 
 // ---- Dropout ----
 
@@ -172,13 +183,9 @@ void keep_everything(KernelContext& ctx, DType mask_dtype) {
   });
 }
 
-// Opset 7-11 have no training mode: at inference Dropout passes its input through.
+// Opset 7-11 have no training mode: at inference Dropout passes its input through, and its
+// 'ratio' attribute does not matter.
 const KernelRegistration kDropout7{"", "Dropout", 7, 11, [](const KernelInfo& info) {
-                                     const float ratio = info.float_attribute("ratio", 0.5f);
-                                     if (!(ratio >= 0 && ratio < 1)) {
-                                       info.fail("attribute 'ratio' is " + std::to_string(ratio) +
-                                                 ", expected a value in [0, 1)");
-                                     }
                                      const bool typed_mask = info.opset() < 10;  // mask has the data's type
                                      return make_kernel([typed_mask](KernelContext& ctx) {
                                        ctx.set_output(0, ctx.input(0));
@@ -186,8 +193,9 @@ const KernelRegistration kDropout7{"", "Dropout", 7, 11, [](const KernelInfo& in
                                      });
                                    }};
 
-// A counter-based generator: each element's draw is a hash of (stream, index), so the
-// mask is the same however the work is split across threads.
+// A counter-based generator: element i's draw is splitmix64's i-th output from the run's
+// stream, so the mask is the same however the work is split across threads.
+constexpr uint64_t kGoldenGamma = 0x9e3779b97f4a7c15ull;
 inline uint64_t mix64(uint64_t z) {  // splitmix64's finalizer
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
@@ -199,7 +207,8 @@ inline uint64_t mix64(uint64_t z) {  // splitmix64's finalizer
 class Dropout12 final : public OpKernel {
  public:
   explicit Dropout12(const KernelInfo& info) {
-    // Without a seed every kernel draws its own stream; with one the masks repeat per run.
+    // Without a seed every kernel draws its own streams; with one, the sequence of masks a
+    // session draws run after run is reproducible.
     seed_ = info.has_attribute("seed") ? static_cast<uint64_t>(info.int_attribute("seed"))
                                        : (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
   }
@@ -214,7 +223,7 @@ class Dropout12 final : public OpKernel {
     }
     // Draws 24-bit uniforms u in [0, 1); an element is kept when u >= ratio.
     const auto threshold = static_cast<uint32_t>(std::ceil(ratio * double(1u << 24)));
-    const uint64_t stream = mix64(seed_ + 0x9e3779b97f4a7c15ull * (runs_.fetch_add(1) + 1));
+    const uint64_t stream = mix64(seed_ + kGoldenGamma * (runs_.fetch_add(1) + 1));
     const Tensor& x = ctx.input(0);
     Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
     Tensor mask = ctx.has_output(1) ? ctx.allocate_output(1, DType::kBool, x.shape())
@@ -222,15 +231,20 @@ class Dropout12 final : public OpKernel {
     bool* keep = mask.data<bool>();
     parallel_for(x.numel(), elementwise::kGrain, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
-        keep[i] = static_cast<uint32_t>(mix64(stream + static_cast<uint64_t>(i)) >> 40) >= threshold;
+        const uint64_t draw = mix64(stream + kGoldenGamma * static_cast<uint64_t>(i + 1));
+        keep[i] = static_cast<uint32_t>(draw >> 40) >= threshold;
       }
     });
     dispatch<ONNXTRAIN_FLOAT_TYPES>(x.dtype(), "Dropout", [&]<typename T>() {
       using F = compute_type_t<T>;
       const F scale = static_cast<F>(1.0 / (1.0 - ratio));
-      elementwise::broadcast_map(y.data<T>(), x.shape(), [scale](F v, bool k) { return k ? v * scale : F(0); },
-                                 elementwise::Operand<T>{x.data<T>(), &x.shape()},
-                                 elementwise::Operand<bool>{keep, &x.shape()});
+      elementwise::broadcast_map(
+          y.data<T>(), x.shape(),
+          [scale](F v, bool k) {
+            const F scaled = v * scale;
+            return k ? scaled : F(0);
+          },
+          elementwise::Operand<T>{x.data<T>(), &x.shape()}, elementwise::Operand<bool>{keep, &x.shape()});
     });
   }
 
@@ -243,9 +257,12 @@ class Dropout12 final : public OpKernel {
                shape_string(r.shape()) + ", expected a floating-point scalar");
     }
     double ratio = 0;
-    dispatch<ONNXTRAIN_FLOAT_TYPES>(r.dtype(), "Dropout ratio",
-                                    [&]<typename T>() { ratio = static_cast<double>(compute_type_t<T>(r.data<T>()[0])); });
-    if (!(ratio >= 0 && ratio < 1)) ctx.fail("input 1 (ratio) is " + std::to_string(ratio) + ", expected a value in [0, 1)");
+    dispatch<ONNXTRAIN_FLOAT_TYPES>(r.dtype(), "Dropout ratio", [&]<typename T>() {
+      ratio = static_cast<double>(compute_type_t<T>(r.data<T>()[0]));
+    });
+    if (!(ratio >= 0 && ratio < 1)) {
+      ctx.fail("input 1 (ratio) is " + std::to_string(ratio) + ", expected a value in [0, 1)");
+    }
     return ratio;
   }
 
@@ -263,9 +280,8 @@ class Dropout12 final : public OpKernel {
   std::atomic<uint64_t> runs_{0};
 };
 
-const KernelRegistration kDropout12{"", "Dropout", 12, kLatestOpset, [](const KernelInfo& info) {
-                                      return std::make_unique<Dropout12>(info);
-                                    }};
+const KernelRegistration kDropout12{"", "Dropout", 12, kLatestOpset,
+                                    [](const KernelInfo& info) { return std::make_unique<Dropout12>(info); }};
 
 }  // namespace
 }  // namespace onnxtrain

@@ -56,7 +56,7 @@ To convert(From v) {
     return v != From(0);
   } else if constexpr (is_half_float<To>) {
     if constexpr (std::is_same_v<From, float> || (std::is_integral_v<From> && sizeof(From) <= 2)) {
-      return elementwise::store<To>(static_cast<float>(v));  // exact in float
+      return elementwise::store<To>(static_cast<float>(v));  // v is exact as a float
     } else {
       return elementwise::store<To>(round_to_odd_float(static_cast<double>(v)));
     }
@@ -84,17 +84,17 @@ void cast(KernelContext& ctx, DType to) {
   });
 }
 
-const KernelRegistration kCast{"", "Cast", 6, kLatestOpset, [](const KernelInfo& info) {
-                                 const int64_t code = info.int_attribute("to");
-                                 const DType to = dtype_from_onnx(static_cast<int32_t>(code));
-                                 if (!is_supported(to)) {
-                                   info.fail("attribute 'to' is element type " + std::to_string(code) +
-                                             ", which onnxtrain cannot hold (expected one of: " +
-                                             dtype_list<ONNXTRAIN_ALL_TYPES>() + ")");
-                                 }
-                                 // 'saturate' (opset 19+) only concerns float8 targets, which onnxtrain lacks.
-                                 return make_kernel([to](KernelContext& ctx) { cast(ctx, to); });
-                               }};
+const KernelRegistration kCast{
+    "", "Cast", 6, kLatestOpset, [](const KernelInfo& info) {
+      const int64_t code = info.int_attribute("to");
+      const DType to = dtype_from_onnx(static_cast<int32_t>(code));
+      if (!is_supported(to)) {
+        info.fail("attribute 'to' is element type " + std::to_string(code) +
+                  ", which onnxtrain cannot hold (expected one of: " + dtype_list<ONNXTRAIN_ALL_TYPES>() + ")");
+      }
+      // 'saturate' (opset 19+) only concerns float8 targets, which onnxtrain lacks.
+      return make_kernel([to](KernelContext& ctx) { cast(ctx, to); });
+    }};
 
 const KernelRegistration kCastLike{"", "CastLike", 15, kLatestOpset, [](const KernelInfo&) {
                                      return make_kernel([](KernelContext& ctx) { cast(ctx, ctx.input(1).dtype()); });

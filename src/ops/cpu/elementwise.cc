@@ -1,7 +1,6 @@
 // Elementwise kernels: arithmetic, math functions, comparisons, logic, selection.
 // The loops live in elementwise.h; this file says what each op computes.
 #include "ops/cpu/elementwise.h"
-#include "ops/cpu/vector_math.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,6 +8,7 @@
 #include <string>
 
 #include "core/dispatch.h"
+#include "ops/cpu/vector_math.h"
 #include "ops/kernel_registry.h"
 
 namespace onnxtrain {
@@ -25,7 +25,7 @@ using elementwise::unary;
 // ---- integer arithmetic that wraps instead of overflowing (signed overflow is undefined) ----
 
 template <typename T>
-constexpr bool is_signed_int = std::is_integral_v<T> && std::is_signed_v<T>;
+constexpr bool is_signed_int = std::is_signed_v<T> && !std::is_floating_point_v<T>;
 
 template <typename T>
 T wrapping_add(T x, T y) {
@@ -114,9 +114,12 @@ KernelFactory arithmetic(Op op) {
   return [op](const KernelInfo&) { return same_type_binary<ONNXTRAIN_NUMERIC_TYPES>(op); };
 }
 
-const KernelRegistration kAdd{"", "Add", 7, kLatestOpset, arithmetic([](auto x, auto y) { return wrapping_add(x, y); })};
-const KernelRegistration kSub{"", "Sub", 7, kLatestOpset, arithmetic([](auto x, auto y) { return wrapping_sub(x, y); })};
-const KernelRegistration kMul{"", "Mul", 7, kLatestOpset, arithmetic([](auto x, auto y) { return wrapping_mul(x, y); })};
+const KernelRegistration kAdd{"", "Add", 7, kLatestOpset,
+                              arithmetic([](auto x, auto y) { return wrapping_add(x, y); })};
+const KernelRegistration kSub{"", "Sub", 7, kLatestOpset,
+                              arithmetic([](auto x, auto y) { return wrapping_sub(x, y); })};
+const KernelRegistration kMul{"", "Mul", 7, kLatestOpset,
+                              arithmetic([](auto x, auto y) { return wrapping_mul(x, y); })};
 
 const KernelRegistration kDiv{"", "Div", 7, kLatestOpset, [](const KernelInfo&) {
                                 return make_kernel([](KernelContext& ctx) {
@@ -184,9 +187,8 @@ void power(KernelContext& ctx) {
   } else if constexpr (std::is_integral_v<CE>) {
     binary<T, E, T>(ctx, [](CT x, CE y) { return integer_power(x, y); });
   } else {
-    binary<T, E, T>(ctx, [](CT x, CE y) {
-      return float_to_integer<CT>(std::pow(static_cast<double>(x), static_cast<double>(y)));
-    });
+    binary<T, E, T>(
+        ctx, [](CT x, CE y) { return float_to_integer<CT>(std::pow(static_cast<double>(x), static_cast<double>(y))); });
   }
 }
 
@@ -250,26 +252,33 @@ const KernelRegistration kBitShift{
 
 // ---- Min, Max, Sum, Mean: variadic, broadcasting ----
 
+// True when another input of the node is the same buffer as input i (Sum(x, y, x)).
+bool read_twice(KernelContext& ctx, size_t i) {
+  for (size_t k = 0; k < ctx.input_count(); ++k) {
+    if (k != i && ctx.input(k).raw_data() == ctx.input(i).raw_data()) return true;
+  }
+  return false;
+}
+
 // Folds op over every input into output 0, broadcasting all of them. Starts from an input
-// of the output's shape so that the output may take that input's buffer.
+// of the output's shape, whose buffer the output may take, except when the node reads that
+// buffer again through another input: the passes after the first overwrite it.
 template <typename T, typename Op>
 Tensor& fold_inputs(KernelContext& ctx, const Op& op) {
   const size_t n = ctx.input_count();
   std::vector<Shape> shapes;
   for (size_t i = 0; i < n; ++i) shapes.push_back(ctx.input(i).shape());
   const Shape shape = broadcast_shapes(shapes);
-  size_t first = n;
-  for (size_t i = 0; i < n && first == n; ++i) {
-    if (shapes[i] == shape) first = i;
-  }
-  Tensor& out = first < n ? ctx.allocate_output_in_place(0, first, dtype_of<T>(), shape)
-                          : ctx.allocate_output(0, dtype_of<T>(), shape);
+  const auto full = std::find(shapes.begin(), shapes.end(), shape);
+  const size_t start = full == shapes.end() ? 0 : static_cast<size_t>(full - shapes.begin());
+  Tensor& out = full != shapes.end() && !read_twice(ctx, start)
+                    ? ctx.allocate_output_in_place(0, start, dtype_of<T>(), shape)
+                    : ctx.allocate_output(0, dtype_of<T>(), shape);
   if (n == 1) {
-    if (out.raw_data() != ctx.input(0).raw_data()) out.copy_from(ctx.input(0));
+    out.copy_from(ctx.input(0));  // a no-op when in place
     return out;
   }
-  // The accumulator starts as op(input first, next input); `first` is read before written.
-  const size_t start = first < n ? first : 0;
+  // Pass one: out = op(input start, next input); each later pass folds one more input in.
   const Tensor& a = ctx.input(start);
   bool initialized = false;
   for (size_t i = 0; i < n; ++i) {
@@ -292,11 +301,11 @@ std::unique_ptr<OpKernel> variadic(const KernelInfo& info, Op op) {
   });
 }
 
-// NaN wins, like numpy's minimum/maximum (and onnxruntime).
+// NaN wins, like numpy's minimum/maximum (and onnxruntime). (| rather than ||: no branch.)
 template <typename T>
 T nan_min(T x, T y) {
   if constexpr (std::is_floating_point_v<T>) {
-    return (x < y || x != x) ? x : y;
+    return ((x < y) | (x != x)) ? x : y;
   } else {
     return std::min(x, y);
   }
@@ -304,32 +313,34 @@ T nan_min(T x, T y) {
 template <typename T>
 T nan_max(T x, T y) {
   if constexpr (std::is_floating_point_v<T>) {
-    return (x > y || x != x) ? x : y;
+    return ((x > y) | (x != x)) ? x : y;
   } else {
     return std::max(x, y);
   }
 }
 
-const KernelRegistration kMin{"", "Min", 6, kLatestOpset,
-                              [](const KernelInfo& info) { return variadic(info, [](auto x, auto y) { return nan_min(x, y); }); }};
-const KernelRegistration kMax{"", "Max", 6, kLatestOpset,
-                              [](const KernelInfo& info) { return variadic(info, [](auto x, auto y) { return nan_max(x, y); }); }};
+const KernelRegistration kMin{"", "Min", 6, kLatestOpset, [](const KernelInfo& info) {
+                                return variadic(info, [](auto x, auto y) { return nan_min(x, y); });
+                              }};
+const KernelRegistration kMax{"", "Max", 6, kLatestOpset, [](const KernelInfo& info) {
+                                return variadic(info, [](auto x, auto y) { return nan_max(x, y); });
+                              }};
 const KernelRegistration kSum{"", "Sum", 6, kLatestOpset, [](const KernelInfo& info) {
                                 return variadic(info, [](auto x, auto y) { return wrapping_add(x, y); });
                               }};
 
-const KernelRegistration kMean{
-    "", "Mean", 6, kLatestOpset, [](const KernelInfo& info) {
-      if (info.input_count() == 0) info.fail("needs at least one input");
-      return make_kernel([](KernelContext& ctx) {
-        require_same_dtype(ctx, 0, ctx.input_count() - 1);
-        dispatch<ONNXTRAIN_FLOAT_TYPES>(ctx.input(0).dtype(), "Mean", [&]<typename T>() {
-          Tensor& out = fold_inputs<T>(ctx, [](auto x, auto y) { return x + y; });
-          const auto count = static_cast<compute_type_t<T>>(ctx.input_count());
-          elementwise::map(out.data<T>(), out.data<T>(), out.numel(), [count](auto x) { return x / count; });
-        });
-      });
-    }};
+const KernelRegistration kMean{"", "Mean", 6, kLatestOpset, [](const KernelInfo& info) {
+                                 if (info.input_count() == 0) info.fail("needs at least one input");
+                                 return make_kernel([](KernelContext& ctx) {
+                                   require_same_dtype(ctx, 0, ctx.input_count() - 1);
+                                   dispatch<ONNXTRAIN_FLOAT_TYPES>(ctx.input(0).dtype(), "Mean", [&]<typename T>() {
+                                     Tensor& out = fold_inputs<T>(ctx, [](auto x, auto y) { return x + y; });
+                                     const auto count = static_cast<compute_type_t<T>>(ctx.input_count());
+                                     elementwise::map(out.data<T>(), out.data<T>(), out.numel(),
+                                                      [count](auto x) { return x / count; });
+                                   });
+                                 });
+                               }};
 
 // ---- comparisons and logic: bool out ----
 
@@ -338,8 +349,7 @@ KernelFactory comparison(Op op) {
   return [op](const KernelInfo&) {
     return make_kernel([op](KernelContext& ctx) {
       require_same_dtype(ctx, 0, 1);
-      dispatch<Types...>(ctx.input(0).dtype(), ctx.node().op_type,
-                         [&]<typename T>() { binary<T, T, bool>(ctx, op); });
+      dispatch<Types...>(ctx.input(0).dtype(), ctx.node().op_type, [&]<typename T>() { binary<T, T, bool>(ctx, op); });
     });
   };
 }
@@ -355,24 +365,21 @@ const KernelRegistration kGreater{"", "Greater", 7, kLatestOpset,
 const KernelRegistration kGreaterOrEqual{"", "GreaterOrEqual", 12, kLatestOpset,
                                          comparison<ONNXTRAIN_NUMERIC_TYPES>([](auto x, auto y) { return x >= y; })};
 
-const KernelRegistration kAnd{"", "And", 7, kLatestOpset, comparison<bool>([](bool x, bool y) { return x && y; })};
-const KernelRegistration kOr{"", "Or", 7, kLatestOpset, comparison<bool>([](bool x, bool y) { return x || y; })};
+const KernelRegistration kAnd{"", "And", 7, kLatestOpset, comparison<bool>([](bool x, bool y) { return x & y; })};
+const KernelRegistration kOr{"", "Or", 7, kLatestOpset, comparison<bool>([](bool x, bool y) { return x | y; })};
 const KernelRegistration kXor{"", "Xor", 7, kLatestOpset, comparison<bool>([](bool x, bool y) { return x != y; })};
 
 const KernelRegistration kNot{"", "Not", 1, kLatestOpset, [](const KernelInfo&) {
                                 return make_kernel([](KernelContext& ctx) {
                                   dispatch<bool>(ctx.input(0).dtype(), "Not",
-                                                 [&]<typename T>() { unary<bool>(ctx, [](bool x) { return !x; }); });
+                                                 [&]<typename T>() { unary<T>(ctx, [](bool x) { return !x; }); });
                                 });
                               }};
 
 // ---- Where ----
 
-// The unsigned integer as wide as T: Where moves bits and never looks at the values.
-template <size_t Bytes>
-using Bits = std::conditional_t<Bytes == 1, uint8_t,
-                                std::conditional_t<Bytes == 2, uint16_t, std::conditional_t<Bytes == 4, uint32_t, uint64_t>>>;
-
+// Where moves elements and never looks at their values: B is the unsigned integer as wide as
+// the element type.
 template <typename B>
 void where_select(KernelContext& ctx) {
   const Tensor& condition = ctx.input(0);
@@ -382,30 +389,35 @@ void where_select(KernelContext& ctx) {
   Tensor& out = x.shape() == shape   ? ctx.allocate_output_in_place(0, 1, x.dtype(), shape)
                 : y.shape() == shape ? ctx.allocate_output_in_place(0, 2, x.dtype(), shape)
                                      : ctx.allocate_output(0, x.dtype(), shape);
-  broadcast_map(static_cast<B*>(out.raw_data()), shape, [](bool c, B a, B b) { return c ? a : b; },
-                Operand<bool>{condition.data<bool>(), &condition.shape()},
-                Operand<B>{static_cast<const B*>(x.raw_data()), &x.shape()},
-                Operand<B>{static_cast<const B*>(y.raw_data()), &y.shape()});
+  broadcast_map(
+      static_cast<B*>(out.raw_data()), shape, [](bool c, B a, B b) { return c ? a : b; },
+      Operand<bool>{condition.data<bool>(), &condition.shape()},
+      Operand<B>{static_cast<const B*>(x.raw_data()), &x.shape()},
+      Operand<B>{static_cast<const B*>(y.raw_data()), &y.shape()});
 }
 
-const KernelRegistration kWhere{"", "Where", 9, kLatestOpset, [](const KernelInfo&) {
-                                  return make_kernel([](KernelContext& ctx) {
-                                    if (ctx.input(0).dtype() != DType::kBool) {
-                                      ctx.fail("input 0 (condition) has element type " +
-                                               std::string(dtype_name(ctx.input(0).dtype())) + ", expected bool");
-                                    }
-                                    require_same_dtype(ctx, 1, 2);
-                                    switch (dtype_size(ctx.input(1).dtype())) {
-                                      case 1: return where_select<uint8_t>(ctx);
-                                      case 2: return where_select<uint16_t>(ctx);
-                                      case 4: return where_select<uint32_t>(ctx);
-                                      case 8: return where_select<uint64_t>(ctx);
-                                      default:
-                                        ctx.fail("unsupported element type " +
-                                                 std::string(dtype_name(ctx.input(1).dtype())));
-                                    }
-                                  });
-                                }};
+const KernelRegistration kWhere{
+    "", "Where", 9, kLatestOpset, [](const KernelInfo&) {
+      return make_kernel([](KernelContext& ctx) {
+        if (ctx.input(0).dtype() != DType::kBool) {
+          ctx.fail("input 0 (condition) has element type " + std::string(dtype_name(ctx.input(0).dtype())) +
+                   ", expected bool");
+        }
+        require_same_dtype(ctx, 1, 2);
+        switch (dtype_size(ctx.input(1).dtype())) {
+          case 1:
+            return where_select<uint8_t>(ctx);
+          case 2:
+            return where_select<uint16_t>(ctx);
+          case 4:
+            return where_select<uint32_t>(ctx);
+          case 8:
+            return where_select<uint64_t>(ctx);
+          default:
+            ctx.fail("unsupported element type " + std::string(dtype_name(ctx.input(1).dtype())));
+        }
+      });
+    }};
 
 // ---- unary math ----
 
@@ -463,11 +475,13 @@ const KernelRegistration kReciprocal{"", "Reciprocal", 6, kLatestOpset,
 // GCC's default -ftrapping-math).
 const KernelRegistration kFloor{"", "Floor", 6, kLatestOpset, float_math([](auto x) {
                                   const auto r = std::nearbyint(x);
-                                  return r > x ? r - decltype(x)(1) : r;
+                                  const auto below = r - decltype(x)(1);
+                                  return r > x ? below : r;
                                 })};
 const KernelRegistration kCeil{"", "Ceil", 6, kLatestOpset, float_math([](auto x) {
                                  const auto r = std::nearbyint(x);
-                                 return r < x ? r + decltype(x)(1) : r;
+                                 const auto above = r + decltype(x)(1);
+                                 return r < x ? above : r;
                                })};
 // Halves round to even: the default rounding mode.
 const KernelRegistration kRound{"", "Round", 11, kLatestOpset, float_math([](auto x) { return std::nearbyint(x); })};
@@ -498,7 +512,7 @@ const KernelRegistration kIsInf{
         dispatch<ONNXTRAIN_FLOAT_TYPES>(ctx.input(0).dtype(), "IsInf", [&]<typename T>() {
           using CT = compute_type_t<T>;
           constexpr CT inf = std::numeric_limits<CT>::infinity();
-          unary<T, bool>(ctx, [=](CT x) { return (positive && x == inf) || (negative && x == -inf); });
+          unary<T, bool>(ctx, [=](CT x) { return (positive & (x == inf)) | (negative & (x == -inf)); });
         });
       });
     }};
@@ -517,17 +531,16 @@ void clip(KernelContext& ctx, compute_type_t<T> lo, compute_type_t<T> hi) {
 }
 
 // Opset 6-10: bounds are float attributes.
-const KernelRegistration kClip6{
-    "", "Clip", 6, 10, [](const KernelInfo& info) {
-      const float lo = info.float_attribute("min", std::numeric_limits<float>::lowest());
-      const float hi = info.float_attribute("max", std::numeric_limits<float>::max());
-      return make_kernel([lo, hi](KernelContext& ctx) {
-        dispatch<ONNXTRAIN_FLOAT_TYPES>(ctx.input(0).dtype(), "Clip", [&]<typename T>() {
-          using CT = compute_type_t<T>;
-          clip<T>(ctx, static_cast<CT>(lo), static_cast<CT>(hi));
-        });
-      });
-    }};
+const KernelRegistration kClip6{"", "Clip", 6, 10, [](const KernelInfo& info) {
+                                  const float lo = info.float_attribute("min", std::numeric_limits<float>::lowest());
+                                  const float hi = info.float_attribute("max", std::numeric_limits<float>::max());
+                                  return make_kernel([lo, hi](KernelContext& ctx) {
+                                    dispatch<ONNXTRAIN_FLOAT_TYPES>(ctx.input(0).dtype(), "Clip", [&]<typename T>() {
+                                      using CT = compute_type_t<T>;
+                                      clip<T>(ctx, static_cast<CT>(lo), static_cast<CT>(hi));
+                                    });
+                                  });
+                                }};
 
 // Opset 11+: bounds are optional scalar inputs of the input's type (integers from 12).
 template <typename T>

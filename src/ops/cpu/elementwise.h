@@ -9,7 +9,6 @@
 #include <onnxtrain/tensor.h>
 
 #include <array>
-#include <cstring>
 #include <span>
 #include <tuple>
 #include <type_traits>
@@ -206,11 +205,10 @@ void broadcast_map(R* out, const Shape& out_shape, const Op& op, Operand<Ts>... 
   auto [row_shape, merged] = detail::collapse(out_shape, shapes);
   std::array<const Shape*, N> merged_shapes{};
   for (size_t k = 0; k < N; ++k) merged_shapes[k] = &merged[k];
-  for_each_broadcast_row<N>(row_shape, merged_shapes,
-                            [&](int64_t o, const auto& offsets, const auto& row_strides, int64_t n) {
-                              detail::pick_readers<0>(out + o, n, op, detail::advance(base, offsets),
-                                                      row_strides.data());
-                            });
+  for_each_broadcast_row<N>(
+      row_shape, merged_shapes, [&](int64_t o, const auto& offsets, const auto& row_strides, int64_t n) {
+        detail::pick_readers<0>(out + o, n, op, detail::advance(base, offsets), row_strides.data());
+      });
 }
 
 // Output 0 = op(input 0, input 1) with broadcasting, element types A and B in, R out.

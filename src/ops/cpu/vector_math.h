@@ -29,7 +29,9 @@ ONNXTRAIN_VECTOR_INLINE float round_to_int(float x) {
 }
 
 // 2^n for integer n in [-126, 127].
-ONNXTRAIN_VECTOR_INLINE float pow2(int32_t n) { return std::bit_cast<float>(static_cast<uint32_t>(n + 127) << 23); }
+ONNXTRAIN_VECTOR_INLINE float pow2(int32_t n) {
+  return std::bit_cast<float>(static_cast<uint32_t>(n + 127) << 23);
+}
 
 // e^x: x = n ln2 + r with |r| <= ln2 / 2, e^r by a degree-7 polynomial (Cephes' expf
 // coefficients), then scaled by 2^n in two steps so that subnormal results come out right.
@@ -181,13 +183,27 @@ ONNXTRAIN_VECTOR_INLINE float sigmoid(float x) {
 
 // The same functions in double precision, from libm, so that kernels can call
 // vector_math::f(x) for either compute type.
-ONNXTRAIN_VECTOR_INLINE double exp(double x) { return std::exp(x); }
-ONNXTRAIN_VECTOR_INLINE double expm1(double x) { return std::expm1(x); }
-ONNXTRAIN_VECTOR_INLINE double log(double x) { return std::log(x); }
-ONNXTRAIN_VECTOR_INLINE double log1p_nonnegative(double x) { return std::log1p(x); }
-ONNXTRAIN_VECTOR_INLINE double tanh(double x) { return std::tanh(x); }
-ONNXTRAIN_VECTOR_INLINE double erf(double x) { return std::erf(x); }
-ONNXTRAIN_VECTOR_INLINE double erfc(double x) { return std::erfc(x); }
+ONNXTRAIN_VECTOR_INLINE double exp(double x) {
+  return std::exp(x);
+}
+ONNXTRAIN_VECTOR_INLINE double expm1(double x) {
+  return std::expm1(x);
+}
+ONNXTRAIN_VECTOR_INLINE double log(double x) {
+  return std::log(x);
+}
+ONNXTRAIN_VECTOR_INLINE double log1p_nonnegative(double x) {
+  return std::log1p(x);
+}
+ONNXTRAIN_VECTOR_INLINE double tanh(double x) {
+  return std::tanh(x);
+}
+ONNXTRAIN_VECTOR_INLINE double erf(double x) {
+  return std::erf(x);
+}
+ONNXTRAIN_VECTOR_INLINE double erfc(double x) {
+  return std::erfc(x);
+}
 ONNXTRAIN_VECTOR_INLINE double sigmoid(double x) {
   const double e = std::exp(x < 0 ? x : -x);
   return x < 0 ? e / (1.0 + e) : 1.0 / (1.0 + e);
@@ -223,7 +239,9 @@ ONNXTRAIN_VECTOR_INLINE uint16_t float_to_half(float value) {
   return static_cast<uint16_t>(bits | sign);
 }
 
-ONNXTRAIN_VECTOR_INLINE float bfloat16_to_float(uint16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+ONNXTRAIN_VECTOR_INLINE float bfloat16_to_float(uint16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
 
 // float to bfloat16, rounding to nearest even (NaN stays NaN).
 ONNXTRAIN_VECTOR_INLINE uint16_t float_to_bfloat16(float value) {

@@ -636,3 +636,21 @@ def test_chain_reuses_buffers_correctly():
     theirs = run_reference(model, feeds, "onnxruntime")[0]
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
     assert feeds["x"].min() >= -1  # the feeds themselves are never written
+
+
+@pytest.mark.parametrize("op", VARIADIC)
+def test_variadic_reads_a_repeated_intermediate_input_before_overwriting_it(op):
+    """Sum(n, y, n) with n an intermediate that dies here: the output must not take n's
+    buffer, since the second pass still reads n."""
+    # z feeds another node: a graph output never takes an input's buffer.
+    nodes = [helper.make_node("Neg", ["x"], ["n"]), helper.make_node(op, ["n", "y", "n"], ["s"]),
+             helper.make_node("Neg", ["s"], ["z"])]
+    graph = helper.make_graph(
+        nodes, "repeated",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4]), helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    feeds = {"x": values((3, 4), np.float32), "y": values((4,), np.float32)}
+    ours = onnxtrain.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    np.testing.assert_allclose(ours, run_reference(model, feeds, "onnxruntime")[0], rtol=1e-6)
