@@ -8,6 +8,7 @@ The inference API follows onnxruntime's::
 """
 
 from onnxtrain._session import InferenceSession, NodeArg, SessionOptions, supported_ops
+from onnxtrain.autodiff import build_gradient_graph
 
-__all__ = ["InferenceSession", "NodeArg", "SessionOptions", "supported_ops"]
+__all__ = ["InferenceSession", "NodeArg", "SessionOptions", "build_gradient_graph", "supported_ops"]
 __version__ = "0.1.0"

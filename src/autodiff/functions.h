@@ -1,0 +1,52 @@
+// The org.onnxtrain functions: ops that gradient graphs use and standard ONNX lacks. Each
+// is defined once, as text (see function_text.h), beside the rules that emit it; the
+// builder copies the definitions it used into the model as model-local functions, so any
+// ONNX runtime can inline them, and src/ops/cpu/gradient_kernels.cc runs them fused.
+//
+// Bodies use only standard ONNX ops whose schema is the same from opset 15 on (CastLike
+// appeared in 15; ReduceSum takes axes as an input, ReduceMean only from 18, so bodies use
+// ReduceSum; ScatterElements with reduction needs 16); the builder gives each function
+// the model's own default-domain opset, as ONNX requires.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace onnxtrain::autodiff {
+
+inline constexpr std::string_view kGradientDomain = "org.onnxtrain";
+
+class FunctionLibrary {
+ public:
+  static FunctionLibrary& global();
+
+  // Parses `text` and adds the function; names must be unique.
+  void add(std::string_view text, int64_t min_opset);
+  // The definition of org.onnxtrain::`name`; throws if there is none.
+  const ir::Function& get(std::string_view name) const;
+  // The lowest default-domain opset the body of `name` is valid for.
+  int64_t min_opset(std::string_view name) const;
+  bool contains(std::string_view name) const;
+  std::vector<std::string> names() const;
+
+ private:
+  struct Entry {
+    ir::Function function;
+    int64_t min_opset = 15;
+  };
+  const Entry& entry(std::string_view name) const;
+  std::vector<Entry> entries_;
+};
+
+// Adds a function to the library while the library loads:
+//   const FunctionRegistration kReluGrad{R"(ReluGrad (dY, Y) => (dX) { ... })"};
+struct FunctionRegistration {
+  explicit FunctionRegistration(std::string_view text, int64_t min_opset = 15) {
+    FunctionLibrary::global().add(text, min_opset);
+  }
+};
+
+}  // namespace onnxtrain::autodiff
