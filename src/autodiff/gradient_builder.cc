@@ -336,14 +336,13 @@ std::string GradientBuilder::constant(Tensor value, const std::string& base) {
   for (size_t i = 0; i < value.nbytes(); ++i) key += std::to_string(bytes[i]) + ",";
   if (auto it = constant_cache_.find(key); it != constant_cache_.end()) return it->second;
   const std::string saved_prefix = name_prefix_;
-  name_prefix_ = "grad_constants";
+  name_prefix_ = "grad_constants/" + base;
   ir::Attribute a;
   a.name = "value";
   a.type = ir::AttributeType::kTensor;
   a.t = std::move(value);
   std::string name = add_node("Constant", "", {}, {std::move(a)}, 1)[0];
   name_prefix_ = saved_prefix;
-  (void)base;
   constant_cache_[key] = name;
   return name;
 }

@@ -13,6 +13,7 @@
 #include <onnxtrain/gradient.h>
 
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <unordered_map>

@@ -542,8 +542,10 @@ PreparedConvGrad prepare_conv_grad(const ConvShape& s) {
   memory::dims src_dims = {s.n, s.c}, dst_dims = {s.n, s.m}, wei_dims;
   src_dims.insert(src_dims.end(), s.g.in.begin(), s.g.in.end());
   dst_dims.insert(dst_dims.end(), s.g.out.begin(), s.g.out.end());
-  if (s.group > 1) wei_dims = {s.group, s.m / s.group, s.c / s.group};
-  else wei_dims = {s.m, s.c};
+  if (s.group > 1)
+    wei_dims = {s.group, s.m / s.group, s.c / s.group};
+  else
+    wei_dims = {s.m, s.c};
   wei_dims.insert(wei_dims.end(), s.g.kernel.begin(), s.g.kernel.end());
   memory::dims strides, dilation, pad_l, pad_r;
   const memory::dims full_src_strides = onednn::plain_strides(src_dims);
@@ -574,14 +576,14 @@ PreparedConvGrad prepare_conv_grad(const ConvShape& s) {
   const memory::desc dst_any = onednn::any_desc(dst_dims, type);
   const memory::desc wei_any = onednn::any_desc(wei_dims, type);
   try {
-    dnnl::convolution_forward::desc fwd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                        src_any, wei_any, p.bias, dst_any, strides, dilation, pad_l, pad_r);
+    dnnl::convolution_forward::desc fwd(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct, src_any,
+                                        wei_any, p.bias, dst_any, strides, dilation, pad_l, pad_r);
     dnnl::convolution_forward::primitive_desc fwd_pd(fwd, onednn::engine());
     dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src_any, wei_any, dst_any, strides,
                                              dilation, pad_l, pad_r);
     dnnl::convolution_backward_data::primitive_desc bd_pd(bd, onednn::engine(), fwd_pd);
-    dnnl::convolution_backward_weights::desc bw(dnnl::algorithm::convolution_direct, src_any, wei_any, p.bias,
-                                                dst_any, strides, dilation, pad_l, pad_r);
+    dnnl::convolution_backward_weights::desc bw(dnnl::algorithm::convolution_direct, src_any, wei_any, p.bias, dst_any,
+                                                strides, dilation, pad_l, pad_r);
     dnnl::convolution_backward_weights::primitive_desc bw_pd(bw, onednn::engine(), fwd_pd);
     p.data = dnnl::convolution_backward_data(bd_pd);
     p.weights = dnnl::convolution_backward_weights(bw_pd);

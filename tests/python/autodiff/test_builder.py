@@ -265,3 +265,23 @@ def test_gradient_of_a_gradient_model() -> None:
     out = run(gg, {"x": np.array([1.0, -1.0, 2.0], np.float32), "y_grad": np.ones(3, np.float32),
                    "x_grad_grad": np.ones(3, np.float32)})
     np.testing.assert_array_equal(out["y_grad_grad"], [1, 0, 1])
+
+
+def test_dropout_in_training_mode_uses_the_forward_mask() -> None:
+    ratio = 0.25
+    m = model(
+        [helper.make_node("Dropout", ["x", "ratio", "training"], ["y"], name="drop"),
+         helper.make_node("ReduceSum", ["y"], ["loss"], keepdims=0)],
+        [helper.make_tensor_value_info("x", F, [4, 50])],
+        [helper.make_tensor_value_info("loss", F, [])],
+        [numpy_helper.from_array(np.array(ratio, np.float32), "ratio"),
+         numpy_helper.from_array(np.array(True), "training")],
+    )
+    g = onnxtrain.build_gradient_graph(m, ["x"])
+    drop = next(n for n in g.graph.node if n.op_type == "Dropout")
+    assert len(drop.output) == 2 and drop.output[1], "the rule needs the mask from the forward pass"
+    g.graph.output.append(helper.make_tensor_value_info(drop.output[1], TensorProto.BOOL, None))
+    out = run(g, {"x": np.ones((4, 50), np.float32)})
+    mask = out[drop.output[1]]
+    assert 0 < mask.sum() < mask.size
+    np.testing.assert_allclose(out["x_grad"], mask / (1 - ratio), rtol=1e-6)

@@ -373,5 +373,30 @@ def test_gradient(case: GradCase, shapes: str, runtime: str) -> None:
     try:
         check_case(case, runtime, shapes)
     except Unsupported as e:
-        pytest.skip(f"{runtime} lacks a kernel: {str(e).splitlines()[0][:160]}")
+        pytest.skip(f"{runtime}: {str(e).splitlines()[0][:160]}")
 
+
+
+@pytest.mark.parametrize("runtime", ["reference", "onnxtrain"])
+def test_group_normalization_21_matches_torch(runtime: str) -> None:
+    """Opset-21 GroupNormalization (per-channel scale): onnxruntime and onnx.reference
+    compute its forward in float32 (stash_type), too coarse for finite differences, so the
+    gradient is checked against torch.autograd in float64 instead."""
+    torch = pytest.importorskip("torch")
+    import onnxtrain
+    from onnx import TensorProto
+
+    rng = np.random.default_rng(0)
+    x, scale, bias, dy = rng.standard_normal((2, 4, 2, 3)), rng.standard_normal(4), rng.standard_normal(4), rng.standard_normal((2, 4, 2, 3))
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=2, epsilon=1e-5)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.DOUBLE, None) for n in "xsb"],
+                              [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    from .gradcheck import make_session
+
+    grad_model = onnxtrain.build_gradient_graph(model, ["x", "s", "b"], outputs=["y"])
+    ours = make_session(grad_model, runtime)({"x": x, "s": scale, "b": bias, "y_grad": dy})
+    xt, st, bt = (torch.tensor(v, requires_grad=True) for v in (x, scale, bias))
+    torch.nn.functional.group_norm(xt, 2, st, bt, 1e-5).backward(torch.tensor(dy))
+    for got, t in zip(ours[1:], (xt, st, bt)):
+        np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-7, atol=1e-9)
