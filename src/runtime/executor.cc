@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <new>
 #include <set>
 
@@ -43,6 +44,20 @@ int64_t node_opset(const ir::Model& model, const ir::Node& node) {
   return node.opset ? node.opset : model.opset(node.domain).value_or(0);
 }
 
+// `destination` holding `value`: the same buffer, or a copy of it.
+Tensor copy_into(const std::string& name, const Tensor& value, const Tensor& destination) {
+  if (value.dtype() != destination.dtype() || value.shape() != destination.shape()) {
+    throw Error("output '" + name + "' is " + describe_tensor(value) + ", but its destination is " +
+                    describe_tensor(destination),
+                ErrorKind::kInvalidArgument);
+  }
+  if (value.raw_data() != destination.raw_data()) {
+    Tensor target = destination;
+    std::memcpy(target.raw_data(), value.raw_data(), value.nbytes());
+  }
+  return destination;
+}
+
 }  // namespace
 
 // The values of one run, and the BufferSource its kernels allocate from.
@@ -53,6 +68,11 @@ class Executor::Frame final : public BufferSource {
   }
 
   std::vector<Tensor>& values() { return values_; }
+  // Where graph output `value` must end up, or nullptr.
+  void set_destination(int value, const Tensor* destination, bool aliases_feed) {
+    destinations_.resize(values_.size());
+    destinations_[static_cast<size_t>(value)] = {destination, aliases_feed};
+  }
   void enter(const Step& step, size_t index) {
     step_ = &step;
     arena_.set_step(index);
@@ -61,6 +81,8 @@ class Executor::Frame final : public BufferSource {
   Tensor allocate_output(size_t output_index, DType dtype, Shape shape) override {
     const int value = step_->outputs.at(output_index);
     if (value >= 0 && executor_.is_graph_output_[static_cast<size_t>(value)]) {
+      const Destination* d = destination(value);
+      if (d && !d->aliases_feed && fits(*d->tensor, dtype, shape)) return *d->tensor;
       return Tensor::empty(dtype, std::move(shape));  // handed to the caller: not from the arena
     }
     return allocate_scratch(dtype, std::move(shape));
@@ -69,6 +91,10 @@ class Executor::Frame final : public BufferSource {
   Tensor allocate_output_in_place(size_t output_index, size_t input_index, DType dtype, Shape shape) override {
     const int out = step_->outputs.at(output_index);
     const int in = input_index < step_->inputs.size() ? step_->inputs[input_index] : -1;
+    if (const Destination* d = out >= 0 ? destination(out) : nullptr; d && d->aliases_feed && in >= 0 && dies_here(in)) {
+      const Tensor& source = values_[static_cast<size_t>(in)];
+      if (source.raw_data() == d->tensor->raw_data() && fits(*d->tensor, dtype, shape)) return *d->tensor;
+    }
     if (in >= 0 && out >= 0 && !executor_.is_graph_output_[static_cast<size_t>(out)] && dies_here(in)) {
       const Tensor& source = values_[static_cast<size_t>(in)];
       const size_t bytes = static_cast<size_t>(shape_size(shape)) * dtype_size(dtype);
@@ -89,6 +115,16 @@ class Executor::Frame final : public BufferSource {
   void set_release_list(const std::vector<int>* release) { release_ = release; }
 
  private:
+  struct Destination {
+    const Tensor* tensor = nullptr;
+    bool aliases_feed = false;
+  };
+  const Destination* destination(int value) const {
+    if (destinations_.empty() || destinations_[static_cast<size_t>(value)].tensor == nullptr) return nullptr;
+    return &destinations_[static_cast<size_t>(value)];
+  }
+  static bool fits(const Tensor& t, DType dtype, const Shape& shape) { return t.dtype() == dtype && t.shape() == shape; }
+
   bool dies_here(int value) const {
     return release_ && std::find(release_->begin(), release_->end(), value) != release_->end();
   }
@@ -98,6 +134,7 @@ class Executor::Frame final : public BufferSource {
   std::vector<Tensor> values_;
   const Step* step_ = nullptr;
   const std::vector<int>* release_ = nullptr;
+  std::vector<Destination> destinations_;
 };
 
 Executor::Executor(ir::Model model, SessionOptions options) : model_(std::move(model)), options_(options) {
@@ -296,6 +333,11 @@ std::vector<const Tensor*> Executor::bind_feeds(const NamedTensors& feeds) const
 }
 
 std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<std::string>& output_names) {
+  return run(feeds, output_names, {});
+}
+
+std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<std::string>& output_names,
+                                  const std::vector<Tensor>& destinations) {
   std::lock_guard lock(mutex_);
   std::vector<std::string> names = output_names;
   if (names.empty()) {
@@ -303,6 +345,11 @@ std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<s
   }
   const Program& program = program_for(names);
   const std::vector<const Tensor*> bound = bind_feeds(feeds);
+  if (!destinations.empty() && destinations.size() != names.size()) {
+    throw Error("run: " + std::to_string(destinations.size()) + " destinations for " + std::to_string(names.size()) +
+                    " outputs",
+                ErrorKind::kInvalidArgument);
+  }
 
   std::string signature;
   for (const auto& name : names) signature += name + ';';
@@ -319,6 +366,13 @@ std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<s
   {
     Frame frame(*this, arena);
     auto& values = frame.values();
+    for (size_t i = 0; i < destinations.size(); ++i) {
+      if (!destinations[i].defined()) continue;
+      const bool aliases_feed = std::any_of(feeds.begin(), feeds.end(), [&](const auto& f) {
+        return f.second.storage() == destinations[i].storage();
+      });
+      frame.set_destination(program.outputs[i], &destinations[i], aliases_feed);
+    }
     for (size_t v = 0; v < values.size(); ++v) {
       if (bound[v]) values[v] = *bound[v];
       else if (constants_[v].defined()) values[v] = constants_[v];
@@ -364,8 +418,12 @@ std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<s
       inputs.clear();
       for (int v : program.release_after[i]) values[static_cast<size_t>(v)] = Tensor();
     }
-    for (int id : program.outputs) {
-      const Tensor& t = values[static_cast<size_t>(id)];
+    for (size_t i = 0; i < program.outputs.size(); ++i) {
+      const Tensor& t = values[static_cast<size_t>(program.outputs[i])];
+      if (i < destinations.size() && destinations[i].defined()) {
+        results.push_back(copy_into(names[i], t, destinations[i]));
+        continue;
+      }
       // Anything not freshly allocated for the caller is copied: arena views, feeds, constants.
       const bool owned = t.storage() && t.storage()->origin() == StorageOrigin::kHeap && t.storage().use_count() == 1;
       results.push_back(owned ? t : t.clone());

@@ -23,6 +23,13 @@ class Executor {
   Executor(ir::Model model, SessionOptions options);
 
   std::vector<Tensor> run(const NamedTensors& feeds, const std::vector<std::string>& output_names);
+  // Runs like run(), but output i is written into destinations[i] when that is defined (it
+  // must have the output's dtype and shape) and the returned tensor is that destination. A
+  // destination may share its buffer with a feed — an update in place, such as a parameter
+  // or a gradient accumulator: the producer then writes into it directly when it computes
+  // in place and nothing later reads the feed; otherwise the result is copied in at the end.
+  std::vector<Tensor> run(const NamedTensors& feeds, const std::vector<std::string>& output_names,
+                          const std::vector<Tensor>& destinations);
 
   const std::vector<ValueMetadata>& inputs() const { return input_metadata_; }
   const std::vector<ValueMetadata>& outputs() const { return output_metadata_; }
