@@ -9,7 +9,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-apt_packages=(cmake ninja-build g++ pkg-config libprotobuf-dev protobuf-compiler libonnx-dev
+apt_packages=(cmake ninja-build g++ pkg-config ccache libprotobuf-dev protobuf-compiler libonnx-dev
               libdnnl-dev nlohmann-json3-dev libgtest-dev libomp-dev python3-venv)
 missing=()
 for p in "${apt_packages[@]}"; do
