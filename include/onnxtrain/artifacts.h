@@ -7,7 +7,9 @@
 //   onnxtrain::generate_artifacts("model.onnx", "artifacts/", options);
 //
 // writes artifacts/training_model.onnx, eval_model.onnx, optimizer_model.onnx and
-// checkpoint (and nominal_checkpoint when asked), each name prefixed by options.prefix.
+// checkpoint (and nominal_checkpoint when asked), each name prefixed by options.prefix. The
+// checkpoint holds the parameters (trainable and frozen) and an optimizer state with step 0,
+// the initial learning rate and no moments (the Optimizer starts them at zero).
 // Every file is plain ONNX: the ops onnxtrain adds live in the domain "org.onnxtrain" as
 // model-local functions with standard-ONNX bodies, so stock onnxruntime runs them too.
 //
@@ -31,24 +33,28 @@
 //            "<p>_grad", and one input "<p>.<moment>" per optimizer moment
 //            (AdamW: exp_avg, exp_avg_sq; SGD with momentum: momentum_buffer)
 //   outputs: per trainable parameter "<p>.out" and "<p>.<moment>.out"
+//   nodes:   one org.onnxtrain step per parameter (AdamWStep, SGDStep without momentum,
+//            SGDMomentumStep), which onnxtrain runs in place on the parameter and moments
 //   metadata_props: "onnxtrain.optimizer" ("AdamW" | "SGD"),
 //                   "onnxtrain.moments" (comma-separated moment names, may be empty)
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 namespace onnxtrain {
 
 enum class LossKind {
-  kNone,          // the forward model's first output already is the loss
-  kMSE,           // mean((input - target)^2); label input "target", input's dtype and shape
-  kCrossEntropy,  // SoftmaxCrossEntropyLoss; label input "labels", int64 class indices
-  kBCEWithLogits, // torch.nn.BCEWithLogitsLoss; label input "target"
-  kL1,            // mean(|input - target|); label input "target"
+  kNone,           // the forward model's first output (or loss_input_names[0]) is the loss
+  kMSE,            // mean((input - target)^2); label input "target", input's dtype and shape
+  kCrossEntropy,   // SoftmaxCrossEntropyLoss; label input "labels", int64 class indices
+  kBCEWithLogits,  // torch.nn.BCEWithLogitsLoss; label input "target"
+  kL1,             // mean(|input - target|); label input "target"
 };
 
 enum class Reduction { kMean, kSum, kNone };
@@ -56,8 +62,10 @@ enum class Reduction { kMean, kSum, kNone };
 struct LossOptions {
   LossKind kind = LossKind::kNone;
   Reduction reduction = Reduction::kMean;
-  // CrossEntropy: class weights (one per class), ignore_index.
+  // CrossEntropy: class weights (one per class); BCEWithLogits: weights of the elements,
+  // broadcast against the last axis.
   std::vector<float> weight;
+  // CrossEntropy only.
   std::optional<int64_t> ignore_index;
   // BCEWithLogits: weight of the positive examples, broadcast against the last axis.
   std::vector<float> pos_weight;
@@ -82,25 +90,41 @@ struct OptimizerOptions {
 };
 
 struct ArtifactOptions {
+  // The initializers to train. Empty: every floating-point initializer that is not in
+  // frozen_params and that the loss depends on (the others become frozen, with a warning).
   std::vector<std::string> requires_grad;
+  // Initializers kept fixed: parameters of the checkpoint and inputs of the models, but
+  // without gradients. Initializers in neither list stay constants of the models (a
+  // warning names the floating-point ones).
   std::vector<std::string> frozen_params;
   LossOptions loss;
-  OptimizerOptions optimizer;
-  // Which forward outputs feed the loss (default: the first).
+  // nullopt: no optimizer_model.onnx, and no optimizer state in the checkpoint.
+  std::optional<OptimizerOptions> optimizer = OptimizerOptions{};
+  // Which forward outputs feed the loss (default: the first). Builtin losses take one; with
+  // LossKind::kNone, the one named is the loss.
   std::vector<std::string> loss_input_names;
-  // Extra forward outputs kept in the training and eval models, after the loss.
+  // Extra forward values (graph outputs or intermediate values) kept as outputs of the
+  // training and eval models, after the loss.
   std::vector<std::string> additional_output_names;
   std::string prefix;
   bool nominal_checkpoint = false;
   // When set, receives the warnings (initializers neither trainable nor frozen, which stay
-  // constants of the models).
+  // constants of the models); otherwise they are printed to stderr.
   std::vector<std::string>* warnings = nullptr;
 };
 
-// Writes the artifacts. Throws onnxtrain::Error naming the parameter, output or op when a
-// name is unknown, a trainable parameter is not floating-point, the loss input has the
-// wrong type for the loss, or a trainable parameter reaches an op without a gradient.
+// Writes the artifacts (creating `artifact_directory` if needed; each file atomically).
+// Throws onnxtrain::Error naming the parameter, output or op when a name is unknown or in
+// both lists, a trainable parameter is not floating-point or does not reach the loss, the
+// loss input has the wrong type for the loss, or a trainable parameter reaches an op
+// without a gradient. Nothing is written when it throws before writing.
+//
+// With Reduction::kNone the loss output holds the per-element losses and the gradients
+// are those of their sum (what `loss.sum().backward()` gives in PyTorch).
 void generate_artifacts(const std::filesystem::path& model_path, const std::filesystem::path& artifact_directory,
                         const ArtifactOptions& options);
+// The same for a serialized model; external data, if any, is looked up under `base_dir`.
+void generate_artifacts(std::span<const std::byte> model_bytes, const std::filesystem::path& artifact_directory,
+                        const ArtifactOptions& options, const std::filesystem::path& base_dir = {});
 
 }  // namespace onnxtrain

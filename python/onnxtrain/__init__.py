@@ -7,8 +7,9 @@ The inference API follows onnxruntime's::
     outputs = session.run(None, {"input": array})
 """
 
+from onnxtrain._ortvalue import OrtValue
 from onnxtrain._session import InferenceSession, NodeArg, SessionOptions, supported_ops
 from onnxtrain.autodiff import build_gradient_graph
 
-__all__ = ["InferenceSession", "NodeArg", "SessionOptions", "build_gradient_graph", "supported_ops"]
+__all__ = ["InferenceSession", "NodeArg", "OrtValue", "SessionOptions", "build_gradient_graph", "supported_ops"]
 __version__ = "0.1.0"

@@ -1,4 +1,6 @@
-"""The `onnxtrain` console script: runs the C++ command-line tool shipped in the package."""
+"""The `onnxtrain` console script: `onnxtrain train` runs the Python training loop
+(onnxtrain.training.train_cli); every other command runs the C++ command-line tool shipped
+in the package (inspect, gen-artifacts)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,10 @@ def executable() -> Path:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["train"]:
+        from onnxtrain.training.train_cli import main as train
+
+        sys.exit(train(sys.argv[2:]))
     tool = executable()
     if not tool.exists():
         sys.exit(f"onnxtrain: the command-line tool is missing at {tool}; reinstall onnxtrain")

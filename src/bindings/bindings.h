@@ -8,5 +8,7 @@ namespace onnxtrain::bindings {
 void bind_inference(nanobind::module_& m);
 void bind_autodiff(nanobind::module_& m);
 void bind_checkpoint(nanobind::module_& m);
+void bind_artifacts(nanobind::module_& m);
+void bind_training(nanobind::module_& m);
 
 }  // namespace onnxtrain::bindings

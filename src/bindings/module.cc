@@ -131,5 +131,7 @@ NB_MODULE(_C, m) {
   onnxtrain::bindings::bind_inference(m);
   onnxtrain::bindings::bind_autodiff(m);
   onnxtrain::bindings::bind_checkpoint(m);
+  onnxtrain::bindings::bind_artifacts(m);
+  onnxtrain::bindings::bind_training(m);
 }
 

@@ -340,6 +340,7 @@ struct Writer {
     if (!a.ref_attr_name.empty()) proto->set_ref_attr_name(a.ref_attr_name);
     if (!a.doc_string.empty()) proto->set_doc_string(a.doc_string);
     proto->set_type(static_cast<onnx::AttributeProto::AttributeType>(a.type));
+    if (!a.ref_attr_name.empty()) return;  // a reference (inside a function body) carries no value
     switch (a.type) {
       case AttributeType::kFloat: proto->set_f(a.f); break;
       case AttributeType::kInt: proto->set_i(a.i); break;

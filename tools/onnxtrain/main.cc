@@ -1,11 +1,18 @@
-// The onnxtrain command line: `onnxtrain inspect model.onnx`.
+// The onnxtrain command line: `onnxtrain inspect model.onnx`,
+// `onnxtrain gen-artifacts model.onnx --out artifacts --loss cross-entropy`.
+#include <onnxtrain/artifacts.h>
+#include <onnxtrain/error.h>
 #include <onnxtrain/inference_session.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ir/onnx_io.h"
@@ -27,8 +34,8 @@ std::string type_text(const onnxtrain::ir::ValueInfo& v) {
   return text + "]";
 }
 
-void count_ops(const Model& model, const std::vector<onnxtrain::ir::Node>& nodes,
-               std::map<std::string, int>& histogram, std::map<std::string, std::string>& missing) {
+void count_ops(const Model& model, const std::vector<onnxtrain::ir::Node>& nodes, std::map<std::string, int>& histogram,
+               std::map<std::string, std::string>& missing) {
   const auto& registry = onnxtrain::KernelRegistry::global();
   for (const auto& node : nodes) {
     const std::string op = (node.domain.empty() ? "" : node.domain + "::") + node.op_type;
@@ -88,11 +95,196 @@ int inspect(const std::string& path) {
   return 0;
 }
 
+constexpr const char* kGenArtifactsUsage =
+    "usage: onnxtrain gen-artifacts MODEL.onnx --out DIR [options]\n"
+    "Writes training_model.onnx, eval_model.onnx, optimizer_model.onnx and checkpoint into DIR.\n"
+    "options:\n"
+    "  --requires-grad a,b        initializers to train (default: every floating-point initializer\n"
+    "                             not frozen that the loss depends on)\n"
+    "  --frozen c,d               initializers kept fixed (in the checkpoint, without gradients)\n"
+    "  --loss KIND                none (default: the model's first output is the loss), mse,\n"
+    "                             cross-entropy, bce-with-logits, l1\n"
+    "  --reduction R              mean (default), sum, none\n"
+    "  --ignore-index N           cross-entropy: label value that is ignored\n"
+    "  --class-weight w1,w2,...   cross-entropy: class weights; bce-with-logits: element weights\n"
+    "  --pos-weight w1,w2,...     bce-with-logits: weights of the positive examples\n"
+    "  --loss-input NAME          the model output that feeds the loss (default: the first)\n"
+    "  --additional-output a,b    model values kept as outputs after the loss\n"
+    "  --optimizer KIND           adamw (default), sgd, none\n"
+    "  --lr X                     initial learning rate stored in the checkpoint (default 1e-3)\n"
+    "  --weight-decay X           AdamW: decoupled (default 0.01); SGD: added to the gradient (default 0)\n"
+    "  --beta1 X --beta2 X --eps X, --no-bias-correction   AdamW options\n"
+    "  --momentum X --dampening X --nesterov               SGD options\n"
+    "  --prefix P                 prepended to every file name\n"
+    "  --nominal-checkpoint       also write nominal_checkpoint (shapes and types, no data)\n";
+
+// A mistake on the command line: reported with the command's usage, exit code 1.
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::vector<std::string> split_names(const std::string& text) {
+  std::vector<std::string> names;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    if (end > begin) names.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return names;
+}
+
+double parse_number(const std::string& option, const std::string& text) {
+  try {
+    size_t used = 0;
+    const double value = std::stod(text, &used);
+    if (used == text.size()) return value;
+  } catch (const std::exception&) {
+  }
+  throw UsageError(option + ": '" + text + "' is not a number");
+}
+
+int64_t parse_integer(const std::string& option, const std::string& text) {
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size()) {
+    throw UsageError(option + ": '" + text + "' is not an integer");
+  }
+  return value;
+}
+
+std::vector<float> parse_numbers(const std::string& option, const std::string& text) {
+  std::vector<float> values;
+  for (const std::string& item : split_names(text)) values.push_back(static_cast<float>(parse_number(option, item)));
+  return values;
+}
+
+template <typename T>
+T parse_choice(const std::string& option, const std::string& text, const std::map<std::string, T>& choices) {
+  if (auto it = choices.find(text); it != choices.end()) return it->second;
+  std::string known;
+  for (const auto& [name, value] : choices) known += (known.empty() ? "" : ", ") + name;
+  throw UsageError(option + ": '" + text + "' is not one of " + known);
+}
+
+int gen_artifacts(const std::vector<std::string>& args) {
+  using namespace onnxtrain;
+  std::string model;
+  std::filesystem::path out;
+  ArtifactOptions options;
+  OptimizerOptions optimizer;
+  bool use_optimizer = true;
+  std::optional<double> weight_decay;
+  std::vector<std::string> warnings;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string option = args[i];
+    std::optional<std::string> inline_value;
+    if (const size_t eq = option.find('='); option.starts_with("--") && eq != std::string::npos) {
+      inline_value = option.substr(eq + 1);
+      option.resize(eq);
+    }
+    auto value = [&]() -> std::string {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= args.size()) throw UsageError(option + " needs a value");
+      return args[++i];
+    };
+    auto flag = [&] {
+      if (inline_value) throw UsageError(option + " takes no value");
+    };
+    if (option == "--help" || option == "-h") {
+      std::printf("%s", kGenArtifactsUsage);
+      return 0;
+    } else if (option == "--out" || option == "-o") {
+      out = value();
+    } else if (option == "--requires-grad") {
+      options.requires_grad = split_names(value());
+    } else if (option == "--frozen") {
+      options.frozen_params = split_names(value());
+    } else if (option == "--loss") {
+      options.loss.kind = parse_choice<LossKind>(option, value(),
+                                                 {{"none", LossKind::kNone},
+                                                  {"mse", LossKind::kMSE},
+                                                  {"cross-entropy", LossKind::kCrossEntropy},
+                                                  {"bce-with-logits", LossKind::kBCEWithLogits},
+                                                  {"l1", LossKind::kL1}});
+    } else if (option == "--reduction") {
+      options.loss.reduction = parse_choice<Reduction>(
+          option, value(), {{"mean", Reduction::kMean}, {"sum", Reduction::kSum}, {"none", Reduction::kNone}});
+    } else if (option == "--ignore-index") {
+      options.loss.ignore_index = parse_integer(option, value());
+    } else if (option == "--class-weight") {
+      options.loss.weight = parse_numbers(option, value());
+    } else if (option == "--pos-weight") {
+      options.loss.pos_weight = parse_numbers(option, value());
+    } else if (option == "--loss-input") {
+      options.loss_input_names = split_names(value());
+    } else if (option == "--additional-output") {
+      options.additional_output_names = split_names(value());
+    } else if (option == "--optimizer") {
+      const std::string kind = value();
+      use_optimizer = kind != "none";
+      if (use_optimizer) {
+        optimizer.kind =
+            parse_choice<OptimizerKind>(option, kind, {{"adamw", OptimizerKind::kAdamW}, {"sgd", OptimizerKind::kSGD}});
+      }
+    } else if (option == "--lr") {
+      optimizer.learning_rate = parse_number(option, value());
+    } else if (option == "--weight-decay") {
+      weight_decay = parse_number(option, value());
+    } else if (option == "--beta1") {
+      optimizer.beta1 = parse_number(option, value());
+    } else if (option == "--beta2") {
+      optimizer.beta2 = parse_number(option, value());
+    } else if (option == "--eps") {
+      optimizer.epsilon = parse_number(option, value());
+    } else if (option == "--no-bias-correction") {
+      flag();
+      optimizer.bias_correction = false;
+    } else if (option == "--momentum") {
+      optimizer.momentum = parse_number(option, value());
+    } else if (option == "--dampening") {
+      optimizer.dampening = parse_number(option, value());
+    } else if (option == "--nesterov") {
+      flag();
+      optimizer.nesterov = true;
+    } else if (option == "--prefix") {
+      options.prefix = value();
+    } else if (option == "--nominal-checkpoint") {
+      flag();
+      options.nominal_checkpoint = true;
+    } else if (option.starts_with("-")) {
+      throw UsageError("unknown option " + option);
+    } else if (model.empty()) {
+      model = option;
+    } else {
+      throw UsageError("more than one model given ('" + model + "', '" + option + "')");
+    }
+  }
+  if (model.empty()) throw UsageError("no model given");
+  if (out.empty()) throw UsageError("--out DIR is required");
+  if (weight_decay)
+    (optimizer.kind == OptimizerKind::kAdamW ? optimizer.weight_decay : optimizer.sgd_weight_decay) = *weight_decay;
+  if (use_optimizer)
+    options.optimizer = optimizer;
+  else
+    options.optimizer.reset();
+  options.warnings = &warnings;
+  generate_artifacts(model, out, options);
+  for (const std::string& w : warnings) std::fprintf(stderr, "onnxtrain gen-artifacts: warning: %s\n", w.c_str());
+  std::printf("wrote %s: %straining_model.onnx, %seval_model.onnx%s, %scheckpoint%s\n", out.string().c_str(),
+              options.prefix.c_str(), options.prefix.c_str(),
+              use_optimizer ? (", " + options.prefix + "optimizer_model.onnx").c_str() : "", options.prefix.c_str(),
+              options.nominal_checkpoint ? (", " + options.prefix + "nominal_checkpoint").c_str() : "");
+  return 0;
+}
+
 void usage() {
   std::fprintf(stderr,
                "usage: onnxtrain <command> [args]\n"
                "commands:\n"
-               "  inspect MODEL.onnx   opsets, inputs, outputs, parameters, op histogram, ops without a kernel\n");
+               "  inspect MODEL.onnx         opsets, inputs, outputs, parameters, op histogram, ops without a kernel\n"
+               "  gen-artifacts MODEL.onnx   training artifacts (training, eval and optimizer models, checkpoint);\n"
+               "                             see onnxtrain gen-artifacts --help\n");
 }
 
 }  // namespace
@@ -105,12 +297,20 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   try {
     if (command == "inspect" && argc == 3) return inspect(argv[2]);
+    if (command == "gen-artifacts") return gen_artifacts(std::vector<std::string>(argv + 2, argv + argc));
     if (command == "--help" || command == "-h") {
-      usage();
+      std::printf(
+          "usage: onnxtrain <command> [args]\n"
+          "commands:\n"
+          "  inspect MODEL.onnx         opsets, inputs, outputs, parameters, op histogram, ops without a kernel\n"
+          "  gen-artifacts MODEL.onnx   training artifacts; see onnxtrain gen-artifacts --help\n");
       return 0;
     }
     usage();
     return 2;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "onnxtrain %s: error: %s\n\n%s", command.c_str(), e.what(), kGenArtifactsUsage);
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "onnxtrain %s: error: %s\n", command.c_str(), e.what());
     return 1;

@@ -4,5 +4,8 @@
 """
 
 from onnxtrain.training import api
+from onnxtrain.training import artifacts, onnxblock
+from onnxtrain.training.artifacts import LossType, OptimType, generate_artifacts
 
 __all__ = ["api"]
+__all__ += ["LossType", "OptimType", "artifacts", "generate_artifacts", "onnxblock"]

@@ -1,0 +1,137 @@
+// onnxtrain._C: training artifacts. The Python layer (onnxtrain/training/artifacts.py)
+// turns LossType / OptimType / option objects into the plain options dict read here.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+#include <onnxtrain/artifacts.h>
+#include <onnxtrain/error.h>
+
+#include "bindings/bindings.h"
+#include "ir/onnx_io.h"
+#include "training/functions.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace onnxtrain::bindings {
+namespace {
+
+template <typename T>
+void read(const nb::dict& options, const char* key, T& value) {
+  if (!options.contains(key)) return;
+  nb::object item = options[key];
+  if (item.is_none()) return;
+  if (!nb::try_cast(item, value)) {
+    throw Error(std::string("generate_artifacts: option '") + key + "' has the wrong type",
+                ErrorKind::kInvalidArgument);
+  }
+}
+
+template <typename Enum>
+Enum read_choice(const nb::dict& options, const char* key, std::initializer_list<std::pair<const char*, Enum>> choices,
+                 Enum fallback) {
+  std::string text;
+  read(options, key, text);
+  if (text.empty()) return fallback;
+  std::string known;
+  for (const auto& [name, value] : choices) {
+    if (text == name) return value;
+    known += (known.empty() ? "" : ", ") + std::string(name);
+  }
+  throw Error(std::string("generate_artifacts: ") + key + " '" + text + "' is not one of: " + known,
+              ErrorKind::kInvalidArgument);
+}
+
+ArtifactOptions artifact_options(const nb::dict& o) {
+  ArtifactOptions options;
+  read(o, "requires_grad", options.requires_grad);
+  read(o, "frozen_params", options.frozen_params);
+  read(o, "loss_input_names", options.loss_input_names);
+  read(o, "additional_output_names", options.additional_output_names);
+  read(o, "prefix", options.prefix);
+  read(o, "nominal_checkpoint", options.nominal_checkpoint);
+
+  LossOptions& loss = options.loss;
+  loss.kind = read_choice<LossKind>(o, "loss",
+                                    {{"none", LossKind::kNone},
+                                     {"mse", LossKind::kMSE},
+                                     {"cross_entropy", LossKind::kCrossEntropy},
+                                     {"bce_with_logits", LossKind::kBCEWithLogits},
+                                     {"l1", LossKind::kL1}},
+                                    LossKind::kNone);
+  loss.reduction = read_choice<Reduction>(
+      o, "reduction", {{"mean", Reduction::kMean}, {"sum", Reduction::kSum}, {"none", Reduction::kNone}},
+      Reduction::kMean);
+  read(o, "weight", loss.weight);
+  read(o, "pos_weight", loss.pos_weight);
+  int64_t ignore_index = 0;
+  if (o.contains("ignore_index") && !o["ignore_index"].is_none()) {
+    read(o, "ignore_index", ignore_index);
+    loss.ignore_index = ignore_index;
+  }
+
+  if (o.contains("optimizer") && o["optimizer"].is_none()) {
+    options.optimizer.reset();
+    return options;
+  }
+  OptimizerOptions& optimizer = *options.optimizer;
+  optimizer.kind = read_choice<OptimizerKind>(
+      o, "optimizer", {{"adamw", OptimizerKind::kAdamW}, {"sgd", OptimizerKind::kSGD}}, OptimizerKind::kAdamW);
+  read(o, "learning_rate", optimizer.learning_rate);
+  read(o, "beta1", optimizer.beta1);
+  read(o, "beta2", optimizer.beta2);
+  read(o, "epsilon", optimizer.epsilon);
+  read(o, "weight_decay", optimizer.weight_decay);
+  read(o, "bias_correction", optimizer.bias_correction);
+  read(o, "momentum", optimizer.momentum);
+  read(o, "dampening", optimizer.dampening);
+  read(o, "nesterov", optimizer.nesterov);
+  read(o, "sgd_weight_decay", optimizer.sgd_weight_decay);
+  return options;
+}
+
+}  // namespace
+
+void bind_artifacts(nb::module_& m) {
+  m.def(
+      "generate_artifacts",
+      [](nb::object model, const std::filesystem::path& directory, nb::dict options_dict,
+         const std::filesystem::path& base_dir) {
+        ArtifactOptions options = artifact_options(options_dict);
+        std::vector<std::string> warnings;
+        options.warnings = &warnings;
+        if (nb::isinstance<nb::bytes>(model)) {
+          auto bytes = nb::cast<nb::bytes>(model);
+          std::span<const std::byte> span(static_cast<const std::byte*>(bytes.data()), bytes.size());
+          nb::gil_scoped_release release;
+          generate_artifacts(span, directory, options, base_dir);
+        } else {
+          const auto path = nb::cast<std::filesystem::path>(model);
+          nb::gil_scoped_release release;
+          generate_artifacts(path, directory, options);
+        }
+        return warnings;
+      },
+      "model"_a, "directory"_a, "options"_a, "base_dir"_a = std::filesystem::path(),
+      "Writes the training artifacts of a serialized model (bytes) or a model file (path); returns the warnings.");
+
+  // For tests: the training functions (AccumulateGradient, the optimizer steps) as the
+  // functions of an otherwise empty serialized model whose default opset is `opset`.
+  m.def(
+      "training_functions",
+      [](int64_t opset) {
+        ir::Model model;
+        model.ir_version = 8;
+        model.opset_imports = {{"", opset}};
+        model.graph.name = "org.onnxtrain training functions";
+        for (const std::string& name : training::training_functions().names()) {
+          training::use_training_function(model, name);
+        }
+        const std::string bytes = ir::serialize_model(model);
+        return nb::bytes(bytes.data(), bytes.size());
+      },
+      "opset"_a = 17);
+}
+
+}  // namespace onnxtrain::bindings

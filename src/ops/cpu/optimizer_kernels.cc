@@ -1,0 +1,213 @@
+// Fused kernels for the org.onnxtrain training ops (src/training/functions.h):
+// AccumulateGradient and the optimizer steps. Each computes what its standard-ONNX body
+// computes, in one pass and in place: the accumulated gradient goes into the buffer's
+// memory and the updated parameter and moments into theirs, so that the executor writes
+// the updates straight into the caller's tensors. Scalar coefficients are computed in
+// double as the bodies do; element-wise arithmetic runs in the parameter's type (float for
+// the 16-bit floats) in the bodies' order. tests/python/training/test_artifacts.py runs
+// each kernel against its body.
+#include <cmath>
+#include <string>
+
+#include "core/dispatch.h"
+#include "core/parallel.h"
+#include "ops/kernel_registry.h"
+
+namespace onnxtrain {
+namespace {
+
+constexpr const char* kDomain = "org.onnxtrain";
+constexpr int64_t kGrain = 16384;
+
+#define OPTIMIZER_FLOAT_TYPES float, double, Float16, BFloat16
+
+// A hyperparameter: a scalar tensor attribute (what the artifacts write) or a float one.
+double scalar_attribute(const KernelInfo& info, const char* name) {
+  const ir::Attribute* a = info.node().attribute(name);
+  if (a == nullptr) info.fail(std::string("required attribute '") + name + "' is missing");
+  if (a->type == ir::AttributeType::kFloat) return a->f;
+  if (a->type != ir::AttributeType::kTensor || a->t.numel() != 1 || !is_floating(a->t.dtype())) {
+    info.fail(std::string("attribute '") + name + "' must be a floating-point scalar");
+  }
+  return a->t.item_as_double();
+}
+
+void check_like(KernelContext& ctx, const Tensor& reference, size_t input, const char* what) {
+  const Tensor& t = ctx.input(input);
+  if (t.dtype() != reference.dtype() || t.shape() != reference.shape()) {
+    ctx.fail(std::string(what) + " has " + std::string(dtype_name(t.dtype())) + shape_string(t.shape()) +
+             ", expected " + std::string(dtype_name(reference.dtype())) + shape_string(reference.shape()) +
+             " like the parameter");
+  }
+}
+
+double scalar_input(KernelContext& ctx, size_t input, const char* what) {
+  const Tensor& t = ctx.input(input);
+  if (t.numel() != 1) ctx.fail(std::string(what) + " must hold one value, got shape " + shape_string(t.shape()));
+  return t.item_as_double();
+}
+
+int64_t step_input(KernelContext& ctx, size_t input) {
+  const Tensor& t = ctx.input(input);
+  if (t.numel() != 1 || t.dtype() != DType::kInt64) ctx.fail("step must be one int64 value");
+  return t.item_as_int64();
+}
+
+// ---- AccumulateGradient (grad, buffer, reset) => (out), out in the buffer's memory ----
+
+const KernelRegistration kAccumulateGradient{
+    kDomain, "AccumulateGradient", 1, kLatestOpset, [](const KernelInfo&) {
+      return make_kernel([](KernelContext& ctx) {
+        const Tensor& grad = ctx.input(0);
+        check_like(ctx, grad, 1, "the accumulation buffer");
+        const Tensor& reset_flag = ctx.input(2);
+        if (reset_flag.numel() != 1 || reset_flag.dtype() != DType::kBool) ctx.fail("reset must be one bool value");
+        const bool reset = reset_flag.data<bool>()[0];
+        Tensor& out = ctx.allocate_output_in_place(0, 1, grad.dtype(), grad.shape());
+        dispatch<OPTIMIZER_FLOAT_TYPES>(grad.dtype(), "AccumulateGradient", [&]<typename T>() {
+          using C = compute_type_t<T>;
+          const T* g = grad.data<T>();
+          const T* buffer = ctx.input(1).data<T>();
+          T* y = out.data<T>();
+          parallel_for(grad.numel(), kGrain, [&](int64_t begin, int64_t end) {
+            if (reset) {
+              for (int64_t i = begin; i < end; ++i) y[i] = g[i];
+            } else {
+              for (int64_t i = begin; i < end; ++i) y[i] = static_cast<T>(C(buffer[i]) + C(g[i]));
+            }
+          });
+        });
+      });
+    }};
+
+// ---- AdamWStep (lr, step, p, g, m, v) => (p_out, m_out, v_out) ----
+
+struct AdamWCoefficients {
+  double decay, keep_g1, keep_g2, beta2, epsilon, step_size, bc2_sqrt;
+};
+
+const KernelRegistration kAdamWStep{
+    kDomain, "AdamWStep", 1, kLatestOpset, [](const KernelInfo& info) {
+      const double beta1 = scalar_attribute(info, "beta1");
+      const double beta2 = scalar_attribute(info, "beta2");
+      const double epsilon = scalar_attribute(info, "epsilon");
+      const double weight_decay = scalar_attribute(info, "weight_decay");
+      const bool bias_correction = info.int_attribute("bias_correction", 1) != 0;
+      return make_kernel([=](KernelContext& ctx) {
+        const double lr = scalar_input(ctx, 0, "the learning rate");
+        const auto step = static_cast<double>(step_input(ctx, 1));
+        const Tensor& param = ctx.input(2);
+        check_like(ctx, param, 3, "the gradient");
+        check_like(ctx, param, 4, "the first moment");
+        check_like(ctx, param, 5, "the second moment");
+        const double bc1 = bias_correction ? 1 - std::pow(beta1, step) : 1;
+        const double bc2 = bias_correction ? 1 - std::pow(beta2, step) : 1;
+        const AdamWCoefficients k{1 - lr * weight_decay, 1 - beta1, 1 - beta2, beta2, epsilon, lr / bc1,
+                                  std::sqrt(bc2)};
+        const Tensor& grad = ctx.input(3);
+        const Tensor& m_in = ctx.input(4);
+        const Tensor& v_in = ctx.input(5);
+        Tensor& p_out = ctx.allocate_output_in_place(0, 2, param.dtype(), param.shape());
+        Tensor& m_out = ctx.allocate_output_in_place(1, 4, param.dtype(), param.shape());
+        Tensor& v_out = ctx.allocate_output_in_place(2, 5, param.dtype(), param.shape());
+        dispatch<OPTIMIZER_FLOAT_TYPES>(param.dtype(), "AdamWStep", [&]<typename T>() {
+          using C = compute_type_t<T>;
+          const C decay = static_cast<C>(k.decay), keep_g1 = static_cast<C>(k.keep_g1),
+                  keep_g2 = static_cast<C>(k.keep_g2), b2 = static_cast<C>(k.beta2), eps = static_cast<C>(k.epsilon),
+                  step_size = static_cast<C>(k.step_size), bc2_sqrt = static_cast<C>(k.bc2_sqrt);
+          const T* p = param.data<T>();
+          const T* g = grad.data<T>();
+          const T* m = m_in.data<T>();
+          const T* v = v_in.data<T>();
+          T* p1 = p_out.data<T>();
+          T* m1 = m_out.data<T>();
+          T* v1 = v_out.data<T>();
+          parallel_for(param.numel(), kGrain, [&](int64_t begin, int64_t end) {
+            for (int64_t i = begin; i < end; ++i) {
+              const C gi = C(g[i]);
+              const C mi = C(m[i]);
+              const C m_next = C(T(mi + C(T((gi - mi) * keep_g1))));
+              const C v_next = C(T(C(v[i]) * b2 + C(T(gi * gi)) * keep_g2));
+              const C denominator = C(T(std::sqrt(v_next) / bc2_sqrt)) + eps;
+              const C update = C(T(m_next / denominator)) * step_size;
+              p1[i] = static_cast<T>(C(T(C(p[i]) * decay)) - update);
+              m1[i] = static_cast<T>(m_next);
+              v1[i] = static_cast<T>(v_next);
+            }
+          });
+        });
+      });
+    }};
+
+// ---- SGDStep (lr, p, g) => (p_out) ----
+
+const KernelRegistration kSGDStep{kDomain, "SGDStep", 1, kLatestOpset, [](const KernelInfo& info) {
+                                    const double weight_decay = scalar_attribute(info, "weight_decay");
+                                    return make_kernel([=](KernelContext& ctx) {
+                                      const double lr = scalar_input(ctx, 0, "the learning rate");
+                                      const Tensor& param = ctx.input(1);
+                                      check_like(ctx, param, 2, "the gradient");
+                                      const Tensor& grad = ctx.input(2);
+                                      Tensor& p_out = ctx.allocate_output_in_place(0, 1, param.dtype(), param.shape());
+                                      dispatch<OPTIMIZER_FLOAT_TYPES>(param.dtype(), "SGDStep", [&]<typename T>() {
+                                        using C = compute_type_t<T>;
+                                        const C wd = static_cast<C>(weight_decay);
+                                        const C rate = static_cast<C>(static_cast<T>(lr));
+                                        const T* p = param.data<T>();
+                                        const T* g = grad.data<T>();
+                                        T* p1 = p_out.data<T>();
+                                        parallel_for(param.numel(), kGrain, [&](int64_t begin, int64_t end) {
+                                          for (int64_t i = begin; i < end; ++i) {
+                                            const C direction = C(g[i]) + C(T(C(p[i]) * wd));
+                                            p1[i] = static_cast<T>(C(p[i]) - C(T(C(T(direction)) * rate)));
+                                          }
+                                        });
+                                      });
+                                    });
+                                  }};
+
+// ---- SGDMomentumStep (lr, step, p, g, buf) => (p_out, buf_out) ----
+
+const KernelRegistration kSGDMomentumStep{
+    kDomain, "SGDMomentumStep", 1, kLatestOpset, [](const KernelInfo& info) {
+      const double momentum = scalar_attribute(info, "momentum");
+      const double dampening = scalar_attribute(info, "dampening");
+      const double weight_decay = scalar_attribute(info, "weight_decay");
+      const bool nesterov = info.int_attribute("nesterov", 0) != 0;
+      return make_kernel([=](KernelContext& ctx) {
+        const double lr = scalar_input(ctx, 0, "the learning rate");
+        const bool first = step_input(ctx, 1) == 1;
+        const Tensor& param = ctx.input(2);
+        check_like(ctx, param, 3, "the gradient");
+        check_like(ctx, param, 4, "the momentum buffer");
+        const Tensor& grad = ctx.input(3);
+        const Tensor& buf_in = ctx.input(4);
+        Tensor& p_out = ctx.allocate_output_in_place(0, 2, param.dtype(), param.shape());
+        Tensor& buf_out = ctx.allocate_output_in_place(1, 4, param.dtype(), param.shape());
+        dispatch<OPTIMIZER_FLOAT_TYPES>(param.dtype(), "SGDMomentumStep", [&]<typename T>() {
+          using C = compute_type_t<T>;
+          const C mu = static_cast<C>(momentum);
+          const C keep = static_cast<C>(1 - dampening);
+          const C wd = static_cast<C>(weight_decay);
+          const C rate = static_cast<C>(static_cast<T>(lr));
+          const T* p = param.data<T>();
+          const T* g = grad.data<T>();
+          const T* buf = buf_in.data<T>();
+          T* p1 = p_out.data<T>();
+          T* buf1 = buf_out.data<T>();
+          parallel_for(param.numel(), kGrain, [&](int64_t begin, int64_t end) {
+            for (int64_t i = begin; i < end; ++i) {
+              const C pi = C(p[i]);
+              const C d = C(T(C(g[i]) + C(T(pi * wd))));
+              const C b = first ? d : C(T(C(T(C(buf[i]) * mu)) + C(T(d * keep))));
+              const C direction = nesterov ? C(T(d + C(T(b * mu)))) : b;
+              p1[i] = static_cast<T>(pi - C(T(direction * rate)));
+              buf1[i] = static_cast<T>(b);
+            }
+          });
+        });
+      });
+    }};
+
+}  // namespace
+}  // namespace onnxtrain

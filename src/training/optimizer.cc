@@ -1,0 +1,173 @@
+#include <onnxtrain/training.h>
+
+#include <algorithm>
+#include <set>
+
+#include "ir/onnx_io.h"
+#include "runtime/executor.h"
+#include "training/model_interface.h"
+
+namespace onnxtrain {
+namespace {
+
+std::vector<std::string> split_list(std::string_view text) {
+  std::vector<std::string> items;
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    if (std::string_view item = text.substr(0, comma); !item.empty()) items.emplace_back(item);
+    if (comma == std::string_view::npos) break;
+    text.remove_prefix(comma + 1);
+  }
+  return items;
+}
+
+std::string metadata(const ir::Model& model, std::string_view key) {
+  for (const auto& [k, v] : model.metadata_props) {
+    if (k == key) return v;
+  }
+  return {};
+}
+
+// A scalar of `dtype` (float32 or float64) holding `value`.
+Tensor real_scalar(DType dtype, double value) {
+  if (dtype == DType::kFloat64) return Tensor::scalar<double>(value);
+  return Tensor::scalar<float>(static_cast<float>(value));
+}
+
+}  // namespace
+
+struct Optimizer::Model {
+  std::string file;
+  std::unique_ptr<runtime::Executor> executor;
+  std::vector<std::string> parameters;  // trained, in the model's input order
+  std::vector<std::string> moments;     // per parameter, e.g. exp_avg, exp_avg_sq
+  DType learning_rate_dtype = DType::kFloat32;
+  std::vector<std::string> output_names;
+  NamedTensors feeds;
+  std::vector<Tensor> destinations;
+};
+
+Optimizer::Optimizer(const std::filesystem::path& optimizer_model_path, Module& module)
+    : module_(&module), model_(std::make_unique<Model>()) {
+  Model& m = *model_;
+  m.file = optimizer_model_path.filename().string();
+  ir::Model ir_model = ir::load_model(optimizer_model_path);
+  if (metadata(ir_model, training::kOptimizerMetadata).empty()) {
+    throw Error(m.file + " is not an optimizer model: it lacks the metadata '" +
+                    std::string(training::kOptimizerMetadata) + "' that generate_artifacts writes",
+                ErrorKind::kInvalidModel);
+  }
+  m.moments = split_list(metadata(ir_model, training::kMomentsMetadata));
+  m.executor = std::make_unique<runtime::Executor>(std::move(ir_model), module.session_options());
+
+  std::set<std::string> inputs;
+  for (const ValueMetadata& input : m.executor->inputs()) inputs.insert(input.name);
+  for (const std::string_view required : {training::kLearningRate, training::kStep}) {
+    if (!inputs.contains(std::string(required))) {
+      throw Error(m.file + " has no input '" + std::string(required) + "'", ErrorKind::kInvalidModel);
+    }
+  }
+  CheckpointState& state = module.state();
+  for (const ValueMetadata& input : m.executor->inputs()) {
+    if (input.name == training::kLearningRate) m.learning_rate_dtype = input.dtype;
+    if (!inputs.contains(training::gradient_input(input.name))) continue;
+    Parameter* p = state.find_parameter(input.name);
+    if (p == nullptr) {
+      throw Error(m.file + " updates parameter '" + input.name + "', which the checkpoint does not have",
+                  ErrorKind::kInvalidArgument);
+    }
+    m.parameters.push_back(input.name);
+    m.output_names.push_back(training::updated_output(input.name));
+    for (const std::string& moment : m.moments) {
+      m.output_names.push_back(training::updated_output(training::moment_input(input.name, moment)));
+    }
+  }
+  if (m.parameters.empty()) throw Error(m.file + " updates no parameter", ErrorKind::kInvalidModel);
+
+  if (!state.has_optimizer_state()) state.set_optimizer_state(OptimizerState{0, 1e-3, {}});
+  OptimizerState& optimizer = state.optimizer_state();
+  for (const std::string& name : m.parameters) {
+    const Tensor& data = state.parameter(name).data;
+    auto& slots = optimizer.moments[name];
+    for (const std::string& moment : m.moments) {
+      auto [it, fresh] = slots.try_emplace(moment);
+      if (fresh) it->second = Tensor::zeros(data.dtype(), data.shape());
+      if (it->second.dtype() != data.dtype() || it->second.shape() != data.shape()) {
+        throw Error("optimizer state '" + name + "/" + moment + "' is " + std::string(dtype_name(it->second.dtype())) +
+                        shape_string(it->second.shape()) + ", but the parameter is " +
+                        std::string(dtype_name(data.dtype())) + shape_string(data.shape()),
+                    ErrorKind::kInvalidArgument);
+      }
+    }
+  }
+}
+
+Optimizer::Optimizer(Optimizer&&) noexcept = default;
+Optimizer& Optimizer::operator=(Optimizer&&) noexcept = default;
+Optimizer::~Optimizer() = default;
+
+void Optimizer::step() {
+  if (!module_->has_gradients()) {
+    throw Error("Optimizer.step(): no gradients have been computed yet; run a training step first "
+                "(module.train(); module(*inputs))",
+                ErrorKind::kInvalidArgument);
+  }
+  Model& m = *model_;
+  CheckpointState& state = module_->state();
+  OptimizerState& optimizer = state.optimizer_state();
+  const int64_t step = optimizer.step + 1;
+
+  m.feeds.clear();
+  m.destinations.clear();
+  m.feeds.emplace_back(std::string(training::kLearningRate), real_scalar(m.learning_rate_dtype, optimizer.learning_rate));
+  m.feeds.emplace_back(std::string(training::kStep), Tensor::scalar<int64_t>(step));
+  for (const std::string& name : m.parameters) {
+    Parameter& p = state.parameter(name);
+    if (!p.grad.defined()) {
+      throw Error("Optimizer.step(): parameter '" + name + "' has no gradient; the training model does not train it",
+                  ErrorKind::kInvalidArgument);
+    }
+    m.feeds.emplace_back(name, p.data);
+    m.feeds.emplace_back(training::gradient_input(name), p.grad);
+    m.destinations.push_back(p.data);
+    auto& slots = optimizer.moments.at(name);
+    for (const std::string& moment : m.moments) {
+      m.feeds.emplace_back(training::moment_input(name, moment), slots.at(moment));
+      m.destinations.push_back(slots.at(moment));
+    }
+  }
+  m.executor->run(m.feeds, m.output_names, m.destinations);
+  m.feeds.clear();
+  optimizer.step = step;
+}
+
+void Optimizer::set_learning_rate(double lr) {
+  if (!(lr >= 0.0)) throw Error("learning rate must be ≥ 0, got " + std::to_string(lr), ErrorKind::kInvalidArgument);
+  module_->state().optimizer_state().learning_rate = lr;
+}
+
+double Optimizer::learning_rate() const { return module_->state().optimizer_state().learning_rate; }
+
+int64_t Optimizer::step_count() const { return module_->state().optimizer_state().step; }
+
+LinearLRScheduler::LinearLRScheduler(Optimizer& optimizer, int64_t warmup_step_count, int64_t total_step_count,
+                                     double initial_lr)
+    : optimizer_(&optimizer), warmup_(warmup_step_count), total_(total_step_count), initial_lr_(initial_lr) {
+  if (warmup_ < 0 || total_ < warmup_) {
+    throw Error("LinearLRScheduler: need 0 ≤ warmup_step_count ≤ total_step_count, got " + std::to_string(warmup_) +
+                    " and " + std::to_string(total_),
+                ErrorKind::kInvalidArgument);
+  }
+  optimizer_->set_learning_rate(learning_rate());
+}
+
+double LinearLRScheduler::learning_rate() const {
+  const auto t = static_cast<double>(optimizer_->step_count());
+  if (t < static_cast<double>(warmup_)) return initial_lr_ * t / static_cast<double>(std::max<int64_t>(1, warmup_));
+  const double remaining = static_cast<double>(total_) - t;
+  return initial_lr_ * std::max(0.0, remaining / static_cast<double>(std::max<int64_t>(1, total_ - warmup_)));
+}
+
+void LinearLRScheduler::step() { optimizer_->set_learning_rate(learning_rate()); }
+
+}  // namespace onnxtrain

@@ -1,0 +1,141 @@
+#include "training/optimizer_model.h"
+
+#include "training/model_interface.h"
+
+#include <onnxtrain/error.h>
+
+#include <cmath>
+#include <unordered_set>
+
+#include "training/artifacts_graph.h"
+#include "training/functions.h"
+#include "training/model_interface.h"
+
+namespace onnxtrain::training {
+namespace {
+
+constexpr int64_t kOptimizerOpset = 17;
+
+ir::Attribute hyperparameter(std::string name, double value) {
+  return tensor_attribute(std::move(name), Tensor::scalar<double>(value));
+}
+
+void check_options(const OptimizerOptions& o) {
+  auto require = [](bool ok, const std::string& what) {
+    if (!ok) throw Error("optimizer: " + what, ErrorKind::kInvalidArgument);
+  };
+  require(std::isfinite(o.learning_rate) && o.learning_rate >= 0, "the learning rate must be >= 0");
+  if (o.kind == OptimizerKind::kAdamW) {
+    require(o.beta1 >= 0 && o.beta1 < 1, "AdamW's beta1 must be in [0, 1)");
+    require(o.beta2 >= 0 && o.beta2 < 1, "AdamW's beta2 must be in [0, 1)");
+    require(o.epsilon >= 0, "AdamW's epsilon must be >= 0");
+    require(o.weight_decay >= 0, "AdamW's weight_decay must be >= 0");
+    return;
+  }
+  require(o.momentum >= 0, "SGD's momentum must be >= 0");
+  require(o.sgd_weight_decay >= 0, "SGD's weight_decay must be >= 0");
+  require(!o.nesterov || (o.momentum > 0 && o.dampening == 0),
+          "SGD with nesterov needs a momentum > 0 and zero dampening (as torch.optim.SGD)");
+}
+
+ir::ValueInfo scalar_input(std::string name, DType dtype) {
+  ir::ValueInfo v;
+  v.name = std::move(name);
+  v.dtype = dtype;
+  v.shape = std::vector<ir::Dim>{};
+  return v;
+}
+
+ir::ValueInfo renamed(const ir::ValueInfo& like, std::string name) {
+  ir::ValueInfo v = like;
+  v.name = std::move(name);
+  v.doc_string.clear();
+  return v;
+}
+
+}  // namespace
+
+std::vector<std::string> optimizer_moments(const OptimizerOptions& options) {
+  if (options.kind == OptimizerKind::kAdamW) return {"exp_avg", "exp_avg_sq"};
+  if (options.momentum != 0) return {"momentum_buffer"};
+  return {};
+}
+
+ir::Model build_optimizer_model(std::span<const ir::ValueInfo> parameters, const OptimizerOptions& options) {
+  check_options(options);
+  ir::Model model;
+  model.ir_version = 8;
+  model.opset_imports = {{"", kOptimizerOpset}};
+  model.producer_name = "onnxtrain";
+  model.graph.name = "optimizer";
+  ir::Graph& graph = model.graph;
+  graph.inputs = {scalar_input(std::string(training::kLearningRate), DType::kFloat32),
+                  scalar_input(std::string(training::kStep), DType::kInt64)};
+
+  const std::vector<std::string> moments = optimizer_moments(options);
+  std::string op_type;
+  std::vector<ir::Attribute> attributes;
+  if (options.kind == OptimizerKind::kAdamW) {
+    op_type = "AdamWStep";
+    attributes = {hyperparameter("beta1", options.beta1), hyperparameter("beta2", options.beta2),
+                  hyperparameter("epsilon", options.epsilon), hyperparameter("weight_decay", options.weight_decay),
+                  int_attribute("bias_correction", options.bias_correction ? 1 : 0)};
+  } else if (moments.empty()) {
+    op_type = "SGDStep";
+    attributes = {hyperparameter("weight_decay", options.sgd_weight_decay)};
+  } else {
+    op_type = "SGDMomentumStep";
+    attributes = {hyperparameter("momentum", options.momentum), hyperparameter("dampening", options.dampening),
+                  int_attribute("nesterov", options.nesterov ? 1 : 0),
+                  hyperparameter("weight_decay", options.sgd_weight_decay)};
+  }
+
+  for (const ir::ValueInfo& p : parameters) {
+    if (!is_floating(p.dtype)) {
+      throw Error("optimizer: parameter '" + p.name + "' holds " + std::string(dtype_name(p.dtype)) +
+                      " values; only floating-point parameters can be trained",
+                  ErrorKind::kInvalidArgument);
+    }
+    ir::Node node;
+    node.name = p.name + "/" + op_type;
+    node.op_type = op_type;
+    node.domain = std::string(autodiff::kGradientDomain);
+    node.attributes = attributes;
+    const std::string lr(training::kLearningRate);
+    const std::string grad = training::gradient_input(p.name);
+    if (op_type == "SGDStep") node.inputs = {lr, p.name, grad};
+    else node.inputs = {lr, std::string(training::kStep), p.name, grad};
+    node.outputs = {training::updated_output(p.name)};
+    graph.inputs.push_back(renamed(p, p.name));
+    graph.inputs.push_back(renamed(p, grad));
+    graph.outputs.push_back(renamed(p, training::updated_output(p.name)));
+    for (const std::string& moment : moments) {
+      const std::string name = training::moment_input(p.name, moment);
+      node.inputs.push_back(name);
+      node.outputs.push_back(training::updated_output(name));
+      graph.inputs.push_back(renamed(p, name));
+      graph.outputs.push_back(renamed(p, training::updated_output(name)));
+    }
+    graph.nodes.push_back(std::move(node));
+  }
+  // Names must be unique: a parameter called "step" or "w_grad" next to "w" would clash.
+  std::unordered_set<std::string> names;
+  for (const auto* list : {&graph.inputs, &graph.outputs}) {
+    for (const ir::ValueInfo& v : *list) {
+      if (!names.insert(v.name).second) {
+        throw Error("optimizer model: the name '" + v.name +
+                        "' would be used twice (a parameter's name clashes with an input the optimizer adds)",
+                    ErrorKind::kInvalidArgument);
+      }
+    }
+  }
+  use_training_function(model, op_type);
+  std::string moment_list;
+  for (const std::string& m : moments) moment_list += (moment_list.empty() ? "" : ",") + m;
+  model.metadata_props = {
+      {std::string(training::kOptimizerMetadata), options.kind == OptimizerKind::kAdamW ? "AdamW" : "SGD"},
+      {std::string(training::kMomentsMetadata), moment_list}};
+  return model;
+}
+
+}  // namespace onnxtrain::training

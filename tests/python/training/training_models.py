@@ -1,0 +1,132 @@
+"""Small models trained in the training tests, with their torch twins and fixed data.
+
+Each ``TrainingCase`` holds a torch module (fixed seed), its training-mode ONNX export
+(TorchScript, opset 17, dynamic batch) whose output feeds the loss, and a data stream: the
+same batches in the same order for onnxtrain and for torch. Dropout is 0 so both compute
+the same function; BatchNorm uses batch statistics in both.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from tests.python.models import build_model
+
+
+@dataclasses.dataclass
+class TrainingCase:
+    name: str
+    module: Any  # torch.nn.Module producing the loss input (logits)
+    onnx_path: Path
+    input_name: str
+    batches: Callable[[int], list[tuple[np.ndarray, np.ndarray]]]  # steps -> [(inputs, labels)]
+
+
+def _flat_logits(module: Any, vocab: int) -> Any:
+    """A language model whose logits come flat, [batch*seq, vocab], as cross-entropy takes them."""
+    from torch import nn
+
+    class FlatLogits(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = module
+
+        def forward(self, input_ids):  # type: ignore[no-untyped-def]
+            return self.inner(input_ids).reshape(-1, vocab)
+
+    return FlatLogits()
+
+
+def _export(module: Any, example: np.ndarray, input_name: str, path: Path) -> None:
+    import torch
+
+    module.train()
+    torch.onnx.export(
+        module, (torch.from_numpy(example),), str(path), dynamo=False, opset_version=17,
+        input_names=[input_name], output_names=["logits"],
+        dynamic_axes={input_name: {0: "batch"}, "logits": {0: "rows"}},
+        training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+    )
+
+
+def _classification_batches(shape: tuple[int, ...], classes: int, seed: int) -> Callable[[int], list]:
+    """Random inputs labelled by a fixed random linear teacher: learnable, so training
+    converges instead of amplifying rounding differences as fitting noise would."""
+    def batches(steps: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        rng = np.random.default_rng(seed)
+        teacher = rng.standard_normal((int(np.prod(shape[1:])), classes)).astype(np.float32)
+        out = []
+        for _ in range(steps):
+            x = rng.standard_normal(shape).astype(np.float32)
+            out.append((x, np.argmax(x.reshape(shape[0], -1) @ teacher, axis=1).astype(np.int64)))
+        return out
+    return batches
+
+
+def _token_batches(batch: int, seq: int, vocab: int, seed: int) -> Callable[[int], list]:
+    """Sequences of a fixed random successor table (token t is followed by next[t]) from
+    random starts: a language the model can learn."""
+    def batches(steps: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        rng = np.random.default_rng(seed)
+        successor = rng.permutation(vocab)
+        out = []
+        for _ in range(steps):
+            tokens = np.empty((batch, seq + 1), dtype=np.int64)
+            tokens[:, 0] = rng.integers(0, vocab, batch)
+            for t in range(seq):
+                tokens[:, t + 1] = successor[tokens[:, t]]
+            out.append((tokens[:, :-1].copy(), tokens[:, 1:].reshape(-1).copy()))
+        return out
+    return batches
+
+
+def make_case(name: str, folder: Path) -> TrainingCase:
+    """``mlp``, ``cnn`` or ``gpt`` (GPT-2, 2 layers, 64 wide, vocabulary 128)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.onnx"
+    if name == "mlp":
+        module = build_model("mlp", "train").module
+        batches = _classification_batches((16, 32), 10, seed=11)
+        input_name = "x"
+    elif name == "cnn":
+        module = build_model("cnn", "train").module
+        batches = _classification_batches((8, 3, 32, 32), 10, seed=12)
+        input_name = "x"
+    elif name == "gpt":
+        vocab = 128
+        module = _flat_logits(build_model("gpt2", "train").module, vocab)
+        batches = _token_batches(4, 16, vocab, seed=13)
+        input_name = "input_ids"
+    else:
+        raise ValueError(name)
+    module.train()
+    _export(module, batches(1)[0][0], input_name, path)
+    return TrainingCase(name, module, path, input_name, batches)
+
+
+def trainable_names(case: TrainingCase) -> list[str]:
+    """The initializers that are the torch module's parameters (not buffers)."""
+    import onnx
+
+    params = {n for n, _ in case.module.named_parameters()}
+    model = onnx.load(str(case.onnx_path), load_external_data=False)
+    return [i.name for i in model.graph.initializer if i.name in params]
+
+
+def torch_losses(case: TrainingCase, optimizer: Callable[[Any], Any], steps: int) -> list[float]:
+    import torch
+
+    torch.manual_seed(0)
+    opt = optimizer(case.module.parameters())
+    losses = []
+    for inputs, labels in case.batches(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(case.module(torch.from_numpy(inputs)), torch.from_numpy(labels))
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
