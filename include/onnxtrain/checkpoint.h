@@ -50,7 +50,7 @@ struct Parameter {
   bool requires_grad = true;
 };
 
-// The optimizer's state, shared by AdamW ("exp_avg", "exp_avg_sq") and SGD ("momentum").
+// The optimizer's state, shared by AdamW ("exp_avg", "exp_avg_sq") and SGD ("momentum_buffer").
 struct OptimizerState {
   int64_t step = 0;
   double learning_rate = 0.0;
