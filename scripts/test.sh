@@ -4,8 +4,12 @@
 #   2. pip install .          — builds the C++ library, CLI, C++ tests and onnxtrain._C
 #                               (incrementally, in build/<wheel tag>) into .venv
 #   3. ctest                  — the C++ tests
-#   4. pytest tests/python    — the Python tests (ops, ONNX backend node tests, models)
-# Extra arguments go to pytest, e.g. `scripts/test.sh -k gather`.
+#   4. pytest tests/python    — the Python tests (ops, ONNX backend node tests, models,
+#                               gradients, training)
+#   5. onnxtrain train        — the main job: trains a CNN on scikit-learn's digits end to
+#                               end (artifacts, training, checkpoint, inference model, held-out
+#                               accuracy, loss curve) into build/onnxtrain-digits
+# Extra arguments go to pytest, e.g. `scripts/test.sh -k gather` (and skip step 5).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -22,4 +26,9 @@ ctest --test-dir "$build_dir" --output-on-failure -j2 | tail -n 5
 echo "== Python tests"
 cd "$root"
 .venv/bin/python -c "import onnxtrain; print('onnxtrain', onnxtrain.__version__, 'from', onnxtrain.__file__)"
-exec .venv/bin/python -m pytest -q -p no:cacheprovider tests/python "$@"
+.venv/bin/python -m pytest -q -p no:cacheprovider tests/python "$@"
+
+if [[ $# -eq 0 ]]; then
+  echo "== main job: onnxtrain train (digits CNN)"
+  .venv/bin/onnxtrain train --out build/onnxtrain-digits
+fi
