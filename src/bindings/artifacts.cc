@@ -3,6 +3,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 #include <onnxtrain/artifacts.h>
 #include <onnxtrain/error.h>
@@ -10,6 +11,7 @@
 #include "bindings/bindings.h"
 #include "ir/onnx_io.h"
 #include "training/functions.h"
+#include "training/optimizer_model.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -115,6 +117,35 @@ void bind_artifacts(nb::module_& m) {
       },
       "model"_a, "directory"_a, "options"_a, "base_dir"_a = std::filesystem::path(),
       "Writes the training artifacts of a serialized model (bytes) or a model file (path); returns the warnings.");
+
+  // For onnxblock.optim: the optimizer model of the given parameters (name, ONNX element
+  // type, static shape), with the optimizer options generate_artifacts reads.
+  m.def(
+      "build_optimizer_model",
+      [](const std::vector<std::tuple<std::string, int32_t, std::vector<int64_t>>>& parameters, nb::dict options_dict) {
+        const ArtifactOptions options = artifact_options(options_dict);
+        if (!options.optimizer) {
+          throw Error("build_optimizer_model: no optimizer in the options", ErrorKind::kInvalidArgument);
+        }
+        std::vector<ir::ValueInfo> infos;
+        for (const auto& [name, code, dims] : parameters) {
+          ir::ValueInfo info;
+          info.name = name;
+          info.dtype = dtype_from_onnx(code);
+          if (!is_floating(info.dtype)) {
+            throw Error("build_optimizer_model: parameter '" + name + "' is not floating-point; only those train",
+                        ErrorKind::kInvalidArgument);
+          }
+          info.shape.emplace();
+          for (int64_t d : dims) info.shape->push_back({d, ""});
+          infos.push_back(std::move(info));
+        }
+        if (infos.empty()) throw Error("build_optimizer_model: no parameters", ErrorKind::kInvalidArgument);
+        const std::string bytes = ir::serialize_model(training::build_optimizer_model(infos, *options.optimizer));
+        return nb::bytes(bytes.data(), bytes.size());
+      },
+      "parameters"_a, "options"_a,
+      "The optimizer model (serialized) updating the given parameters (name, ONNX element type, shape).");
 
   // For tests: the training functions (AccumulateGradient, the optimizer steps) as the
   // functions of an otherwise empty serialized model whose default opset is `opset`.

@@ -310,8 +310,13 @@ class ArtifactBuilder {
   ir::Model training_model(const ir::Model& eval) {
     ir::Model model = eval;
     std::string start = loss_name_;
-    if (options_.loss.kind != LossKind::kNone && options_.loss.reduction == Reduction::kNone) {
-      // Per-element losses: differentiate their sum.
+    const std::optional<std::vector<ir::Dim>>& loss_shape = eval_outputs_.front().shape;
+    const bool per_element = options_.loss.kind == LossKind::kNone ? loss_shape && !loss_shape->empty()
+                                                                   : options_.loss.reduction == Reduction::kNone;
+    if (per_element) {
+      // Per-element losses (a builtin loss without reduction, or a model or onnxblock loss
+      // output that is not a scalar): differentiate their sum, as torch's
+      // loss.backward(torch.ones_like(loss)) does.
       training::GraphEditor editor(model.graph, "loss");
       start = editor.add("ReduceSum", {loss_name_}, {training::int_attribute("keepdims", 0)});
     }

@@ -51,19 +51,16 @@ LossGraph pointwise_loss(GraphEditor& editor, const LossOptions& options, const 
   return {reduce(editor, elements, options.reduction), {label_like(target, type)}};
 }
 
-// torch's numerically stable form:
-//   l = (1 - t) x + (1 + (pos_weight - 1) t) (log(1 + exp(-|x|)) + max(-x, 0)), times weight.
+// torch's form: l = (1 - t) x + (1 + (pos_weight - 1) t) softplus(-x), times weight.
+// Softplus is stable in onnxtrain and onnxruntime, and its gradient (sigmoid) is exact at
+// x = 0, where log(1 + exp(-|x|)) + max(-x, 0) would take the subgradients 0 of Abs and Relu.
 LossGraph bce_with_logits_loss(GraphEditor& editor, const LossOptions& options, const std::string& input,
                                const ir::ValueType& type) {
   const std::string target = "target";
   editor.reserve(target, "would be the loss's target input");
   const DType dtype = type.dtype;
   const std::string one = editor.constant(float_scalar(dtype, 1.0));
-  const std::string magnitude = editor.add("Abs", {input});
-  const std::string exp_term = editor.add("Exp", {editor.add("Neg", {magnitude})});
-  const std::string log_term = editor.add("Log", {editor.add("Add", {exp_term, one})});
-  const std::string negative_part = editor.add("Relu", {editor.add("Neg", {input})});
-  std::string softplus = editor.add("Add", {log_term, negative_part});  // log(1 + exp(-x))
+  std::string softplus = editor.add("Softplus", {editor.add("Neg", {input})});  // log(1 + exp(-x))
   if (!options.pos_weight.empty()) {
     std::vector<float> minus_one(options.pos_weight);
     for (float& w : minus_one) w -= 1.0f;

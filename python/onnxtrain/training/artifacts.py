@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import enum
 import os
-import tempfile
 import warnings
 from collections.abc import Sequence
 from typing import Any, Optional, Union
@@ -21,7 +20,10 @@ from typing import Any, Optional, Union
 import onnx
 
 from onnxtrain import _C
+from onnxtrain.training.onnxblock import _graph_utils
+from onnxtrain.training.onnxblock import blocks as _blocks
 from onnxtrain.training.onnxblock import loss as _loss
+from onnxtrain.training.onnxblock import model_accessor as _accessor
 from onnxtrain.training.onnxblock import optim as _optim
 
 _PROTOBUF_LIMIT = 2**31 - 1
@@ -52,19 +54,19 @@ _LOSSES = {
 _OPTIMIZERS = {OptimType.AdamW: _optim.AdamW, OptimType.SGD: _optim.SGD}
 
 
-def _loss_options(loss: Any) -> dict:
+def _loss_options(loss: Any) -> Optional[dict]:
+    """The C++ loss builder's options for ``loss``, or None when the loss is a block to build
+    in Python (a custom block, or a loss block the C++ builder does not have)."""
     if loss is None:
         return {"loss": "none"}
     if isinstance(loss, LossType):
         loss = _LOSSES[loss]()
     if isinstance(loss, _loss._Loss):
         return loss._options()
-    if callable(getattr(loss, "build", None)):
-        raise NotImplementedError(
-            f"loss={type(loss).__name__}(...): custom onnxblock loss blocks are not supported yet; "
-            "use a LossType or an onnxtrain.training.onnxblock.loss object"
-        )
-    raise TypeError(f"loss must be a LossType, an onnxblock.loss object or None, got {type(loss).__name__}")
+    if isinstance(loss, _blocks.Block):
+        return None
+    raise TypeError(f"loss must be a LossType, an onnxblock Block (such as an onnxblock.loss object) or None, got "
+                    f"{type(loss).__name__}")
 
 
 def _optimizer_options(optimizer: Any) -> dict:
@@ -72,10 +74,10 @@ def _optimizer_options(optimizer: Any) -> dict:
         return {"optimizer": None}
     if isinstance(optimizer, OptimType):
         optimizer = _OPTIMIZERS[optimizer]()
-    if isinstance(optimizer, (_optim.AdamW, _optim.SGD)):
+    if isinstance(optimizer, _optim._Optimizer):
         return optimizer._options()
     raise TypeError(
-        f"optimizer must be an OptimType, an onnxblock.optim.AdamW/SGD object or None, got {type(optimizer).__name__}"
+        f"optimizer must be an OptimType, an onnxblock.optim.AdamW/SGD block or None, got {type(optimizer).__name__}"
     )
 
 
@@ -110,11 +112,14 @@ def generate_artifacts(
             not in ``frozen_params`` that the loss depends on.
         frozen_params: initializers kept fixed (in the checkpoint, without gradients).
             Initializers in neither list stay constants of the models, with a warning.
-        loss: a ``LossType``, an ``onnxblock.loss`` object (``MSELoss``,
-            ``CrossEntropyLoss(ignore_index=...)``, ...) or ``None`` when the model's first
-            output (or ``loss_input_names[0]``) already is the loss.
-        optimizer: an ``OptimType`` or an ``onnxblock.optim`` object; ``None`` writes no
-            optimizer model.
+        loss: a ``LossType``, an ``onnxblock.loss`` block (``MSELoss``,
+            ``CrossEntropyLoss(ignore_index=...)``, ``HuberLoss(delta=...)``, ...), a custom
+            ``onnxblock.Block`` (called with ``loss_input_names``, default: all model
+            outputs; it returns the loss name, optionally followed by outputs to keep), or
+            ``None`` when the model's first output (or ``loss_input_names[0]``) already is
+            the loss. A loss that is not a scalar is differentiated through its sum.
+        optimizer: an ``OptimType`` or an ``onnxblock.optim`` block (``AdamW``, ``SGD``);
+            ``None`` writes no optimizer model.
         artifact_directory: where the files go (created if needed; default: the current
             directory).
         prefix: prepended to every file name.
@@ -125,7 +130,8 @@ def generate_artifacts(
             models, after the loss.
         nominal_checkpoint: also write ``nominal_checkpoint`` (names, shapes and types, no
             data).
-        loss_input_names: the model output(s) that feed the loss (default: the first).
+        loss_input_names: the model output(s) that feed the loss (default: the first; for a
+            custom block, all).
 
     Raises:
         ValueError: an unknown or doubly listed name, a non-float trainable parameter, a
@@ -146,33 +152,88 @@ def generate_artifacts(
         )
     if not isinstance(prefix, str):
         raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
-    options: dict[str, Any] = {
-        "requires_grad": _names("requires_grad", requires_grad),
-        "frozen_params": _names("frozen_params", frozen_params),
-        "additional_output_names": _names("additional_output_names", additional_output_names),
-        "loss_input_names": _names("loss_input_names", loss_input_names),
-        "prefix": prefix,
-        "nominal_checkpoint": bool(nominal_checkpoint),
-        **_loss_options(loss),
-        **_optimizer_options(optimizer),
-    }
+    options = _base_options(
+        requires_grad=_names("requires_grad", requires_grad),
+        frozen_params=_names("frozen_params", frozen_params),
+        additional_output_names=_names("additional_output_names", additional_output_names),
+        loss_input_names=_names("loss_input_names", loss_input_names),
+        prefix=prefix,
+        nominal_checkpoint=bool(nominal_checkpoint),
+    )
+    options.update(_optimizer_options(optimizer))
     directory = os.fspath(artifact_directory) if artifact_directory is not None else os.getcwd()
-
-    if isinstance(model, onnx.ModelProto):
-        if model.ByteSize() <= _PROTOBUF_LIMIT:
-            found = _C.generate_artifacts(model.SerializeToString(), directory, options, os.getcwd())
-        else:
-            # Too large to serialize in one piece: hand C++ a file with external data.
-            with tempfile.TemporaryDirectory() as folder:
-                path = os.path.join(folder, "model.onnx")
-                onnx.save_model(model, path, save_as_external_data=True, location="model.onnx.data")
-                found = _C.generate_artifacts(path, directory, options)
-    elif isinstance(model, (str, os.PathLike)):
-        found = _C.generate_artifacts(os.fspath(model), directory, options)
-    else:
+    if not isinstance(model, (onnx.ModelProto, str, os.PathLike)):
         raise TypeError(f"model must be an onnx.ModelProto or a path, got {type(model).__name__}")
+
+    cpp_loss = _loss_options(loss)
+    if cpp_loss is not None:
+        options.update(cpp_loss)
+        found = _generate(model, directory, options)
+    else:
+        with _accessor.base(model) as accessor:
+            _build_loss(accessor, loss, options)
+            found = _generate(accessor, directory, options)
     for message in found:
         warnings.warn(message, stacklevel=2)
+
+
+def _build_loss(accessor: _accessor.ModelAccessor, loss: _blocks.Block, options: dict) -> None:
+    """Appends the loss block to the base and points the options at its output. A loss of
+    onnxblock.loss takes the first model output by default (as the builtin losses do); any
+    other block takes all of them (as onnxruntime's generate_artifacts passes them)."""
+    model = accessor.model
+    inputs = options["loss_input_names"]
+    if not inputs:
+        outputs = [o.name for o in model.graph.output]
+        if not outputs:
+            raise ValueError("generate_artifacts: the model has no outputs to feed the loss")
+        inputs = outputs[:1] if isinstance(loss, _loss._Loss) else outputs
+    who = type(loss).__name__
+    _graph_utils.require_values(model, inputs, f"generate_artifacts(loss={who}(...)): loss_input_names")
+    names = _graph_utils.output_names(loss(*inputs), who)
+    _graph_utils.require_values(model, names, f"{who}.build returned an output that")
+    loss_name = names[0]
+    if loss_name != "loss" and "loss" not in _graph_utils.value_names(model.graph):
+        # The builtin losses' output name, so that training loops see the same interface.
+        model.graph.node.append(onnx.helper.make_node("Identity", [loss_name], ["loss"], name="loss::Identity"))
+        loss_name = "loss"
+    options["loss"] = "none"
+    options["loss_input_names"] = [loss_name]
+    options["additional_output_names"] = names[1:] + options["additional_output_names"]
+
+
+def _base_options(requires_grad: Sequence[str] = (), frozen_params: Sequence[str] = (),
+                  additional_output_names: Sequence[str] = (), loss_input_names: Sequence[str] = (),
+                  prefix: str = "", nominal_checkpoint: bool = False) -> dict[str, Any]:
+    """The C++ builder's options: no loss added, no optimizer, unless updated."""
+    return {
+        "requires_grad": list(requires_grad),
+        "frozen_params": list(frozen_params),
+        "additional_output_names": list(additional_output_names),
+        "loss_input_names": list(loss_input_names),
+        "prefix": prefix,
+        "nominal_checkpoint": nominal_checkpoint,
+        "loss": "none",
+        "optimizer": None,
+    }
+
+
+def _generate(model: Union[onnx.ModelProto, str, "os.PathLike[str]", _accessor.ModelAccessor], directory: str,
+              options: dict) -> list[str]:
+    """Runs the C++ artifact builder on ``model``; returns its warnings."""
+    if isinstance(model, _accessor.ModelAccessor):
+        if model.has_path or model.model.ByteSize() > _PROTOBUF_LIMIT:
+            with model.saved() as path:
+                return _C.generate_artifacts(path, directory, options)
+        model = model.model
+    if isinstance(model, onnx.ModelProto):
+        if model.ByteSize() <= _PROTOBUF_LIMIT:
+            return _C.generate_artifacts(model.SerializeToString(), directory, options, os.getcwd())
+        # Too large to serialize in one piece: hand C++ a file with external data (and leave
+        # the caller's model as it was).
+        with _accessor.saved_with_external_data(model) as path:
+            return _C.generate_artifacts(path, directory, options)
+    return _C.generate_artifacts(os.fspath(model), directory, options)
 
 
 __all__ = ["LossType", "OptimType", "generate_artifacts"]

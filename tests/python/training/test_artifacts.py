@@ -465,6 +465,13 @@ FUNCTION_CALLS = [
                                          "v": r.uniform(0, 1, (2, 3)).astype(t)},
      3, {"beta1": double(0.9), "beta2": double(0.999), "epsilon": double(1e-8), "weight_decay": double(0.01),
          "bias_correction": 1}),
+    ("AdamWStep", "vector-and-tail", lambda r, t: {"lr": np.array(0.01, np.float32), "step": np.array(2, np.int64),
+                                                   "p": r.standard_normal(37).astype(t),
+                                                   "g": r.standard_normal(37).astype(t),
+                                                   "m": r.standard_normal(37).astype(t),
+                                                   "v": r.uniform(0, 1, 37).astype(t)},
+     3, {"beta1": double(0.9), "beta2": double(0.999), "epsilon": double(1e-8), "weight_decay": double(0.01),
+         "bias_correction": 1}),
     ("AdamWStep", "uncorrected", lambda r, t: {"lr": np.array(0.1, np.float32), "step": np.array(1, np.int64),
                                                "p": r.standard_normal(7).astype(t), "g": r.standard_normal(7).astype(t),
                                                "m": np.zeros(7, t), "v": np.zeros(7, t)},
@@ -621,7 +628,9 @@ def test_errors(mlp, tmp_path) -> None:
     expect_error(tmp_path, ValueError, "parameter 'shape_constant' holds int64", linear_model(),
                  requires_grad=["w", "shape_constant"])
     expect_error(tmp_path, TypeError, "requires_grad must be a list", path, requires_grad="fc1.weight")
-    expect_error(tmp_path, NotImplementedError, "custom onnxblock loss blocks", path,
+    # Custom losses are onnxblock.Block subclasses (tests/python/training/onnxblock); an
+    # object that merely has a build method is not one.
+    expect_error(tmp_path, TypeError, "loss must be a LossType, an onnxblock Block", path,
                  loss=type("MyLoss", (), {"build": lambda self, x: x})())
     with pytest.raises(ValueError, match="reduction must be one of"):
         L.MSELoss("average")

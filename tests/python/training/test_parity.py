@@ -1,6 +1,10 @@
 """Training parity with PyTorch: same initial weights, data order and hyper-parameters;
 200 steps of AdamW and of SGD with momentum on an MLP, a CNN with BatchNorm and a small
-GPT-2. Every step's loss must match PyTorch's within rtol 1e-4."""
+GPT-2. Every step's loss must match PyTorch's within rtol 1e-4.
+
+Both run on one thread, so that each side's rounding is the same from run to run: over 200
+steps a rounding-level difference can flip a discrete choice (a ReLU at 0, a MaxPool tie)
+and training then amplifies it; one thread keeps the comparison reproducible."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from onnxtrain import SessionOptions  # noqa: E402
 from onnxtrain.training import artifacts  # noqa: E402
 from onnxtrain.training.api import CheckpointState, Module, Optimizer  # noqa: E402
 from onnxtrain.training.onnxblock import optim  # noqa: E402
@@ -26,6 +31,14 @@ OPTIMIZERS = {
 }
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
     folder = tmp_path_factory.mktemp("parity")
@@ -37,7 +50,9 @@ def onnxtrain_losses(case, optimizer_block, lr: float, folder, steps: int) -> li
         str(case.onnx_path), requires_grad=trainable_names(case), frozen_params=None,
         loss=artifacts.LossType.CrossEntropyLoss, optimizer=optimizer_block, artifact_directory=folder)
     state = CheckpointState.load_checkpoint(folder / "checkpoint")
-    module = Module(folder / "training_model.onnx", state, folder / "eval_model.onnx")
+    options = SessionOptions()
+    options.intra_op_num_threads = 1
+    module = Module(folder / "training_model.onnx", state, folder / "eval_model.onnx", session_options=options)
     optimizer = Optimizer(folder / "optimizer_model.onnx", module)
     optimizer.set_learning_rate(lr)
     losses = []
