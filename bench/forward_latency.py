@@ -1,16 +1,21 @@
 """Forward latency of onnxtrain against onnxruntime on the reference models.
 
-For each model (eval mode, TorchScript and dynamo exports, see ``tests/python/models``)
-and each batch size, both runtimes run the same inputs at the same intra-op thread count;
-the median wall time of ``--repeat`` runs after ``--warmup`` runs is printed as a markdown
-table. onnxruntime keeps its default graph optimizations (what users get).
+For each model (eval mode, TorchScript and dynamo exports, see ``tests/python/models``),
+batch size and thread count, both runtimes run the same inputs at the same intra-op thread
+count. Each runtime is warmed up, then the timed runs alternate between the two in
+``--rounds`` blocks, so that a change in machine load during a measurement hits both; the
+median wall time of ``--repeat`` runs per runtime is printed as a markdown table, with the
+load average before and after (the medians mean little on a machine busy with other work).
+onnxruntime keeps its default graph optimizations (what users get).
 
-    .venv/bin/python bench/forward_latency.py [--threads 2] [--repeat 50] [--models mlp bert]
+    .venv/bin/python bench/forward_latency.py [--threads 1 2] [--repeat 50] [--models mlp bert]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import statistics
 import sys
 import time
@@ -55,34 +60,58 @@ def onnxtrain_runner(onnxtrain: Any, path: Path, threads: int) -> Runner:
     return lambda feeds: session.run(None, feeds)
 
 
-def median_ms(run: Runner, feeds: dict[str, np.ndarray], warmup: int, repeat: int) -> float:
-    """Median wall time of ``run(feeds)`` in milliseconds, after ``warmup`` calls."""
-    for _ in range(warmup):
-        run(feeds)
+def timed_runs(run: Runner, feeds: dict[str, np.ndarray], count: int) -> list[float]:
+    """Wall times of ``count`` calls of ``run(feeds)``, in milliseconds."""
     times = []
-    for _ in range(repeat):
+    for _ in range(count):
         start = time.perf_counter()
         run(feeds)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
 
 
-def _measure_onnxtrain(onnxtrain: Any, path: Path, feeds: dict[str, np.ndarray],
-                       args: argparse.Namespace) -> tuple[float | None, str]:
-    """(median ms, cell text); a failure of onnxtrain becomes the cell text, not an abort."""
+def interleaved_medians(runners: list[Runner], feeds: dict[str, np.ndarray],
+                        args: argparse.Namespace) -> list[float]:
+    """Median ms of each runner: all warmed up, then timed in alternating blocks."""
+    for run in runners:
+        timed_runs(run, feeds, args.warmup)
+    times: list[list[float]] = [[] for _ in runners]
+    per_round = max(1, math.ceil(args.repeat / args.rounds))
+    for _ in range(args.rounds):
+        for run, collected in zip(runners, times):
+            collected += timed_runs(run, feeds, per_round)
+    return [statistics.median(t) for t in times]
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def _measure(onnxtrain: Any, path: Path, feeds: dict[str, np.ndarray], threads: int,
+             args: argparse.Namespace) -> tuple[float, float | None, str]:
+    """(ORT ms, onnxtrain ms or None, onnxtrain cell text). A failure of onnxtrain becomes
+    the cell text, not an abort."""
+    ort = ort_runner(path, threads)
+    if onnxtrain is None:
+        return interleaved_medians([ort], feeds, args)[0], None, ""
     try:
-        ms = median_ms(onnxtrain_runner(onnxtrain, path, args.threads), feeds, args.warmup, args.repeat)
+        ours = onnxtrain_runner(onnxtrain, path, threads)
+        ours(feeds)
     except Exception as e:  # report and continue with the other models
         message = " ".join(str(e).split())  # one line, for a table cell
-        return None, f"error: {type(e).__name__}: {message[:100]}"
-    return ms, f"{ms:.3f}"
+        return interleaved_medians([ort], feeds, args)[0], None, f"error: {type(e).__name__}: {message[:100]}"
+    ort_ms, ours_ms = interleaved_medians([ort, ours], feeds, args)
+    return ort_ms, ours_ms, f"{ours_ms:.3f}"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=2, help="intra-op threads for both runtimes")
-    parser.add_argument("--repeat", type=int, default=50, help="timed runs per measurement")
+    parser.add_argument("--threads", nargs="+", type=int, default=[1, 2],
+                        help="intra-op thread counts, each used by both runtimes")
+    parser.add_argument("--repeat", type=int, default=50, help="timed runs per runtime and measurement")
     parser.add_argument("--warmup", type=int, default=5, help="untimed runs first")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating blocks the timed runs come in")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--exporters", nargs="+", default=list(EXPORTERS), choices=EXPORTERS)
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 8], help="batch sizes")
@@ -92,29 +121,41 @@ def main() -> None:
     onnxtrain, why_not = _import_onnxtrain()
     if onnxtrain is None:
         print(f"onnxtrain is not importable ({why_not}); onnxruntime only.\n")
-    print(f"threads={args.threads} repeat={args.repeat} warmup={args.warmup} "
-          f"seq_len={args.seq_len} (gpt2, bert); eval-mode exports; median ms\n")
-    header = "| model | exporter | batch | ORT ms |"
-    rule = "|---|---|---|---|"
+    print(f"threads={args.threads} repeat={args.repeat} warmup={args.warmup} rounds={args.rounds} "
+          f"seq_len={args.seq_len} (gpt2, bert); eval-mode exports; median ms; "
+          f"load average {_load()} ({os.cpu_count()} CPUs)\n")
+    header = "| model | exporter | batch | threads | ORT ms |"
+    rule = "|---|---|---|---|---|"
     if onnxtrain is not None:
         header += " onnxtrain ms | ratio (onnxtrain/ORT) |"
         rule += "---|---|"
     print(header)
     print(rule, flush=True)
 
+    ratios: dict[int, list[float]] = {t: [] for t in args.threads}
     for model in args.models:
         for exporter in args.exporters:
             case = get_case(case_id(model, exporter, "eval"))
             for batch in args.batch:
                 seq_len = args.seq_len if is_sequence_model(model) else None
                 feeds = case.make_inputs(batch, seed=0, seq_len=seq_len)
-                ort_ms = median_ms(ort_runner(case.onnx_path, args.threads), feeds, args.warmup, args.repeat)
-                row = f"| {model} | {exporter} | {batch} | {ort_ms:.3f} |"
-                if onnxtrain is not None:
-                    ours_ms, cell = _measure_onnxtrain(onnxtrain, case.onnx_path, feeds, args)
-                    ratio = f"{ours_ms / ort_ms:.2f}" if ours_ms is not None else "-"
-                    row += f" {cell} | {ratio} |"
-                print(row, flush=True)
+                for threads in args.threads:
+                    ort_ms, ours_ms, cell = _measure(onnxtrain, case.onnx_path, feeds, threads, args)
+                    row = f"| {model} | {exporter} | {batch} | {threads} | {ort_ms:.3f} |"
+                    if onnxtrain is not None:
+                        ratio = "-" if ours_ms is None else f"{ours_ms / ort_ms:.2f}"
+                        if ours_ms is not None:
+                            ratios[threads].append(ours_ms / ort_ms)
+                        row += f" {cell} | {ratio} |"
+                    print(row, flush=True)
+
+    print(f"\nload average {_load()}")
+    for threads, values in ratios.items():
+        if values:
+            slower = sum(r > 1.0 for r in values)
+            geomean = math.exp(statistics.fmean(math.log(r) for r in values))
+            print(f"threads={threads}: geometric mean ratio {geomean:.2f}, "
+                  f"onnxtrain slower on {slower} of {len(values)}")
 
 
 if __name__ == "__main__":

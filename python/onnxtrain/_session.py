@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
@@ -34,6 +35,10 @@ class SessionOptions:
         self.intra_op_num_threads: int = 0
 
 
+_NUMERIC_KINDS = frozenset("biuf")  # bool, int, uint, float (float16 included)
+
+
+@functools.cache
 def _bfloat16_dtype() -> np.dtype | None:
     try:
         import ml_dtypes
@@ -51,7 +56,15 @@ def _node_args(entries: Iterable[dict[str, Any]]) -> list[NodeArg]:
 def _as_input_array(name: str, value: Any, expected_dtype: int | None) -> tuple[np.ndarray, bool]:
     """A C-contiguous array for the engine, and whether it holds bfloat16 bits (numpy has no
     bfloat16: ml_dtypes arrays, or uint16 arrays fed to a bfloat16 input, travel as uint16)."""
-    array = np.asarray(value, order="C")
+    # Each run converts every feed: take the common case (a C-contiguous numeric ndarray)
+    # with as few checks as possible.
+    if type(value) is np.ndarray and value.flags.c_contiguous:
+        array = value
+    else:
+        array = np.asarray(value, order="C")
+    kind = array.dtype.kind
+    if kind in _NUMERIC_KINDS:
+        return array, kind == "u" and expected_dtype == _BFLOAT16 and array.dtype == np.uint16
     if array.dtype.name == "bfloat16":
         return array.view(np.uint16), True
     if array.dtype == object or array.dtype.kind in "USV":
@@ -92,7 +105,7 @@ class InferenceSession:
         self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None
     ) -> list[np.ndarray]:
         """Runs the model; ``output_names`` None means every output, in graph order."""
-        names = list(output_names) if output_names else [o.name for o in self._outputs]
+        names = list(output_names) if output_names else []  # empty: every output
         feeds: dict[str, np.ndarray] = {}
         bfloat16_inputs: list[str] = []
         for name, value in input_feed.items():
@@ -100,6 +113,8 @@ class InferenceSession:
             if is_bfloat16:
                 bfloat16_inputs.append(name)
         results = self._session.run(names, feeds, bfloat16_inputs)
+        if not any(code == _BFLOAT16 for _, code in results):
+            return [r for r, _ in results]
         bfloat16 = _bfloat16_dtype()
         return [r.view(bfloat16) if bfloat16 is not None and code == _BFLOAT16 else r for r, code in results]
 

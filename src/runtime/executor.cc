@@ -63,11 +63,24 @@ Tensor copy_into(const std::string& name, const Tensor& value, const Tensor& des
 // The values of one run, and the BufferSource its kernels allocate from.
 class Executor::Frame final : public BufferSource {
  public:
-  Frame(const Executor& executor, BufferArena& arena) : executor_(executor), arena_(arena) {
-    values_.resize(executor.value_names_.size());
-  }
+  Frame(const Executor& executor, BufferArena& arena)
+      : executor_(executor),
+        arena_(arena),
+        computed_(executor.value_names_.size()),
+        values_(executor.value_names_.size(), nullptr) {}
 
-  std::vector<Tensor>& values() { return values_; }
+  // Value v, or nullptr when it is not there (not computed, or dead).
+  const Tensor* value(int v) const { return values_[static_cast<size_t>(v)]; }
+  // Feeds and constants are read where they are, not copied into the frame.
+  void bind(int v, const Tensor* tensor) { values_[static_cast<size_t>(v)] = tensor; }
+  void store(int v, Tensor tensor) {
+    computed_[static_cast<size_t>(v)] = std::move(tensor);
+    values_[static_cast<size_t>(v)] = &computed_[static_cast<size_t>(v)];
+  }
+  void release(int v) {
+    computed_[static_cast<size_t>(v)] = Tensor();
+    values_[static_cast<size_t>(v)] = nullptr;
+  }
   // Where graph output `value` must end up, or nullptr.
   void set_destination(int value, const Tensor* destination, bool aliases_feed) {
     destinations_.resize(values_.size());
@@ -92,11 +105,11 @@ class Executor::Frame final : public BufferSource {
     const int out = step_->outputs.at(output_index);
     const int in = input_index < step_->inputs.size() ? step_->inputs[input_index] : -1;
     if (const Destination* d = out >= 0 ? destination(out) : nullptr; d && d->aliases_feed && in >= 0 && dies_here(in)) {
-      const Tensor& source = values_[static_cast<size_t>(in)];
+      const Tensor& source = *values_[static_cast<size_t>(in)];
       if (source.raw_data() == d->tensor->raw_data() && fits(*d->tensor, dtype, shape)) return *d->tensor;
     }
     if (in >= 0 && out >= 0 && !executor_.is_graph_output_[static_cast<size_t>(out)] && dies_here(in)) {
-      const Tensor& source = values_[static_cast<size_t>(in)];
+      const Tensor& source = *values_[static_cast<size_t>(in)];
       const size_t bytes = static_cast<size_t>(shape_size(shape)) * dtype_size(dtype);
       const auto& storage = source.storage();
       if (storage && storage->origin() == StorageOrigin::kArena && storage.use_count() == 1 &&
@@ -131,7 +144,8 @@ class Executor::Frame final : public BufferSource {
 
   const Executor& executor_;
   BufferArena& arena_;
-  std::vector<Tensor> values_;
+  std::vector<Tensor> computed_;       // per value id: what the steps produced
+  std::vector<const Tensor*> values_;  // per value id: a computed value, a feed or a constant
   const Step* step_ = nullptr;
   const std::vector<int>* release_ = nullptr;
   std::vector<Destination> destinations_;
@@ -176,6 +190,7 @@ Executor::Executor(ir::Model model, SessionOptions options) : model_(std::move(m
     }
     is_graph_output_[static_cast<size_t>(value_id(v.name))] = true;
     output_metadata_.push_back(metadata_of(v));
+    output_names_.push_back(v.name);
   }
   create_steps();
 }
@@ -221,11 +236,10 @@ void Executor::create_steps() {
 }
 
 const Executor::Program& Executor::program_for(const std::vector<std::string>& output_names) {
-  std::string key;
-  for (const auto& name : output_names) key += name + '\0';
-  if (auto it = programs_.find(key); it != programs_.end()) return it->second;
+  if (auto it = programs_.find(output_names); it != programs_.end()) return it->second;
 
   Program program;
+  program.id = programs_.size();
   std::vector<bool> needed(value_names_.size(), false);
   for (const auto& name : output_names) {
     const int id = value_id(name);
@@ -267,10 +281,11 @@ const Executor::Program& Executor::program_for(const std::vector<std::string>& o
     if (last_use[v] < 0 || is_graph_output_[v] || constants_[v].defined()) continue;
     program.release_after[static_cast<size_t>(last_use[v])].push_back(static_cast<int>(v));
   }
-  return programs_.emplace(key, std::move(program)).first->second;
+  return programs_.emplace(output_names, std::move(program)).first->second;
 }
 
-void Executor::check_feed(const GraphInput& input, const Tensor& tensor, std::map<std::string, int64_t>& dims) const {
+void Executor::check_feed(const GraphInput& input, const Tensor& tensor,
+                          std::vector<std::pair<std::string_view, int64_t>>& dims) const {
   const ir::ValueInfo& info = *input.info;
   if (info.dtype != DType::kUndefined && tensor.dtype() != info.dtype) {
     throw Error("input '" + info.name + "': got " + describe_tensor(tensor) + ", expected " + describe_type(info),
@@ -292,8 +307,10 @@ void Executor::check_feed(const GraphInput& input, const Tensor& tensor, std::ma
                   ErrorKind::kInvalidArgument);
     }
     if (d.param.empty()) continue;
-    auto [it, fresh] = dims.emplace(d.param, actual);
-    if (!fresh && it->second != actual) {
+    auto it = std::find_if(dims.begin(), dims.end(), [&](const auto& named) { return named.first == d.param; });
+    if (it == dims.end()) {
+      dims.emplace_back(d.param, actual);
+    } else if (it->second != actual) {
       throw Error("input '" + info.name + "': dimension " + std::to_string(i) + " ('" + d.param + "') is " +
                       std::to_string(actual) + ", but another input gave '" + d.param + "' = " +
                       std::to_string(it->second),
@@ -317,7 +334,7 @@ std::vector<const Tensor*> Executor::bind_feeds(const NamedTensors& feeds) const
     }
     bound[static_cast<size_t>(input->value)] = &tensor;
   }
-  std::map<std::string, int64_t> dims;
+  std::vector<std::pair<std::string_view, int64_t>> dims;  // symbolic dimensions seen so far
   for (const GraphInput& input : graph_inputs_) {
     const Tensor* tensor = bound[static_cast<size_t>(input.value)];
     if (tensor == nullptr) {
@@ -339,10 +356,7 @@ std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<s
 std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<std::string>& output_names,
                                   const std::vector<Tensor>& destinations) {
   std::lock_guard lock(mutex_);
-  std::vector<std::string> names = output_names;
-  if (names.empty()) {
-    for (const auto& m : output_metadata_) names.push_back(m.name);
-  }
+  const std::vector<std::string>& names = output_names.empty() ? output_names_ : output_names;
   const Program& program = program_for(names);
   const std::vector<const Tensor*> bound = bind_feeds(feeds);
   if (!destinations.empty() && destinations.size() != names.size()) {
@@ -351,21 +365,26 @@ std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<s
                 ErrorKind::kInvalidArgument);
   }
 
-  std::string signature;
-  for (const auto& name : names) signature += name + ';';
-  for (const Tensor* t : bound) {
-    if (t) signature += std::to_string(static_cast<int>(t->dtype())) + shape_string(t->shape());
-    signature += '|';
+  // The plan key: the program, then each feed's dtype and shape (-1 for an absent feed).
+  signature_.assign(1, static_cast<int64_t>(program.id));
+  for (const GraphInput& input : graph_inputs_) {
+    const Tensor* t = bound[static_cast<size_t>(input.value)];
+    if (t == nullptr) {
+      signature_.push_back(-1);
+      continue;
+    }
+    signature_.push_back(static_cast<int64_t>(t->dtype()));
+    signature_.push_back(static_cast<int64_t>(t->rank()));
+    signature_.insert(signature_.end(), t->shape().begin(), t->shape().end());
   }
   if (options_.intra_op_num_threads > 0) omp_set_num_threads(options_.intra_op_num_threads);
   const int threads = omp_get_max_threads();
 
-  auto planned = plans_.find(signature);
+  auto planned = plans_.find(signature_);
   BufferArena arena = planned == plans_.end() ? BufferArena() : BufferArena(planned->second.plan, planned->second.arena);
   std::vector<Tensor> results;
   {
     Frame frame(*this, arena);
-    auto& values = frame.values();
     for (size_t i = 0; i < destinations.size(); ++i) {
       if (!destinations[i].defined()) continue;
       const bool aliases_feed = std::any_of(feeds.begin(), feeds.end(), [&](const auto& f) {
@@ -373,9 +392,11 @@ std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<s
       });
       frame.set_destination(program.outputs[i], &destinations[i], aliases_feed);
     }
-    for (size_t v = 0; v < values.size(); ++v) {
-      if (bound[v]) values[v] = *bound[v];
-      else if (constants_[v].defined()) values[v] = constants_[v];
+    for (size_t v = 0; v < bound.size(); ++v) {
+      if (bound[v])
+        frame.bind(static_cast<int>(v), bound[v]);
+      else if (constants_[v].defined())
+        frame.bind(static_cast<int>(v), &constants_[v]);
     }
     std::vector<const Tensor*> inputs;
     std::vector<Tensor> outputs;
@@ -385,12 +406,12 @@ std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<s
       for (size_t k = 0; k < step.inputs.size(); ++k) {
         const int v = step.inputs[k];
         if (v < 0) continue;
-        if (!values[static_cast<size_t>(v)].defined()) {
+        inputs[k] = frame.value(v);
+        if (inputs[k] == nullptr) {
           throw Error(step.node->describe() + ": input '" + value_names_[static_cast<size_t>(v)] +
                           "' was not computed (an optional output that its producer did not give)",
                       ErrorKind::kInvalidModel);
         }
-        inputs[k] = &values[static_cast<size_t>(v)];
       }
       outputs.assign(step.outputs.size(), Tensor());
       frame.enter(step, i);
@@ -413,13 +434,13 @@ std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<s
         if (!outputs[k].defined()) {
           throw Error(step.node->describe() + " did not produce its output '" + value_names_[static_cast<size_t>(v)] + "'");
         }
-        values[static_cast<size_t>(v)] = std::move(outputs[k]);
+        frame.store(v, std::move(outputs[k]));
       }
       inputs.clear();
-      for (int v : program.release_after[i]) values[static_cast<size_t>(v)] = Tensor();
+      for (int v : program.release_after[i]) frame.release(v);
     }
     for (size_t i = 0; i < program.outputs.size(); ++i) {
-      const Tensor& t = values[static_cast<size_t>(program.outputs[i])];
+      const Tensor& t = *frame.value(program.outputs[i]);
       if (i < destinations.size() && destinations[i].defined()) {
         results.push_back(copy_into(names[i], t, destinations[i]));
         continue;
@@ -432,9 +453,9 @@ std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<s
   }
   if (arena.recording()) {
     auto plan = std::make_shared<const MemoryPlan>(arena.requests());
-    plans_[signature] = {plan, Storage::allocate(plan->arena_bytes())};
+    plans_[signature_] = {plan, Storage::allocate(plan->arena_bytes())};
   } else if (!arena.plan_held()) {
-    plans_.erase(signature);  // shapes inside the graph changed: record again next run
+    plans_.erase(signature_);  // shapes inside the graph changed: record again next run
   }
   return results;
 }

@@ -48,6 +48,7 @@ class Executor {
   };
   // What one set of requested outputs needs: the steps to run and when values die.
   struct Program {
+    size_t id = 0;  // distinguishes the programs in a plan signature
     std::vector<size_t> steps;
     std::vector<std::vector<int>> release_after;  // per entry of `steps`
     std::vector<int> outputs;
@@ -62,7 +63,8 @@ class Executor {
   void create_steps();
   const Program& program_for(const std::vector<std::string>& output_names);
   std::vector<const Tensor*> bind_feeds(const NamedTensors& feeds) const;
-  void check_feed(const GraphInput& input, const Tensor& tensor, std::map<std::string, int64_t>& dims) const;
+  void check_feed(const GraphInput& input, const Tensor& tensor,
+                  std::vector<std::pair<std::string_view, int64_t>>& dims) const;
 
   ir::Model model_;
   SessionOptions options_;
@@ -74,8 +76,12 @@ class Executor {
   std::vector<Step> steps_;
   std::vector<ValueMetadata> input_metadata_;
   std::vector<ValueMetadata> output_metadata_;
-  std::map<std::string, Program> programs_;
-  std::map<std::string, PlannedArena> plans_;
+  std::vector<std::string> output_names_;  // every graph output, in graph order
+  // Keyed by the requested output names, and by program id and feed types and shapes: the
+  // keys compare without building strings, so that finding them costs a run little.
+  std::map<std::vector<std::string>, Program> programs_;
+  std::map<std::vector<int64_t>, PlannedArena> plans_;
+  std::vector<int64_t> signature_;  // the run's plan key; kept to reuse its capacity
   std::mutex mutex_;
 };
 

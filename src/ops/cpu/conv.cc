@@ -256,8 +256,8 @@ memory::desc weights_desc(const ConvGeometry& g, memory::data_type type, bool tr
 // A prepared convolution: the primitive, the layouts it computes in, and the constant
 // weights already in its layout.
 struct PreparedConv {
-  dnnl::primitive primitive;
-  memory::desc src_user, src, weights_user, weights, bias, dst_user, dst;
+  onednn::Primitive primitive;
+  memory::desc src, weights, dst;
   Tensor packed_weights;  // defined when W is constant
   // The per-run layout changes, where the primitive's layouts differ from the plain ones.
   std::optional<onednn::Reorder> src_in, weights_in, dst_out;
@@ -266,24 +266,24 @@ struct PreparedConv {
 template <typename PrimitiveDesc>
 PreparedConv finish_prepare(const PrimitiveDesc& pd, dnnl::primitive primitive, const memory::desc& src_user,
                             const memory::desc& weights_user, const memory::desc& bias, const memory::desc& dst_user,
-                            const void* constant_weights) {
+                            const void* constant_weights, int threads) {
   PreparedConv p;
-  p.primitive = std::move(primitive);
-  p.src_user = src_user;
+  p.primitive = onednn::Primitive(std::move(primitive), pd, threads);
   p.src = pd.src_desc();
-  p.weights_user = weights_user;
   p.weights = pd.weights_desc();
-  p.bias = bias;
-  p.dst_user = dst_user;
   p.dst = pd.dst_desc();
+  p.primitive.add_argument(DNNL_ARG_SRC, p.src);
+  p.primitive.add_argument(DNNL_ARG_WEIGHTS, p.weights);
+  p.primitive.add_argument(DNNL_ARG_DST, p.dst);
+  if (bias) p.primitive.add_argument(DNNL_ARG_BIAS, bias);
   if (constant_weights) {
     p.packed_weights = Tensor::empty(DType::kUInt8, {static_cast<int64_t>(p.weights.get_size())});
     onednn::reorder(weights_user, constant_weights, p.weights, p.packed_weights.raw_data());
   } else if (p.weights != weights_user) {
-    p.weights_in.emplace(weights_user, p.weights);
+    p.weights_in.emplace(weights_user, p.weights, threads);
   }
-  if (p.src != src_user) p.src_in.emplace(src_user, p.src);
-  if (p.dst != dst_user) p.dst_out.emplace(p.dst, dst_user);
+  if (p.src != src_user) p.src_in.emplace(src_user, p.src, threads);
+  if (p.dst != dst_user) p.dst_out.emplace(p.dst, dst_user, threads);
   return p;
 }
 
@@ -310,17 +310,28 @@ memory::format_tag blocked_tag(size_t rank) {
 // Creates the primitive descriptor for `layout` (src and dst descriptors); empty when oneDNN
 // has no implementation or only its reference one.
 template <typename PrimitiveDesc, typename Desc>
-PrimitiveDesc try_pd(const Desc& desc) {
+PrimitiveDesc try_pd(const Desc& desc, const dnnl::primitive_attr& attr) {
   try {
-    PrimitiveDesc pd(desc, onednn::engine(), true);
+    PrimitiveDesc pd(desc, attr, onednn::engine(), true);
     if (pd && !onednn::is_reference(pd)) return pd;
   } catch (const dnnl::error&) {
   }
   return PrimitiveDesc();
 }
 
+// Multiply-adds of the whole convolution, times two.
+double conv_flops(const ConvGeometry& g, bool transpose) {
+  const double outputs = static_cast<double>(shape_size(g.out_shape));
+  const double per_output = static_cast<double>(shape_size(g.kernel)) * static_cast<double>(transpose ? g.m : g.c) /
+                            static_cast<double>(g.group);
+  return 2.0 * (transpose ? static_cast<double>(g.n * g.c * shape_size(g.in)) : outputs) * per_output;
+}
+
 PreparedConv prepare_conv(const ConvGeometry& g, memory::data_type type, bool has_bias, bool transpose,
-                          const void* constant_weights) {
+                          const void* constant_weights, int threads) {
+  const int used = onednn::threads_for(conv_flops(g, transpose), onednn::kFlopsPerThread, threads);
+  onednn::ThreadScope scope(used);
+  const dnnl::primitive_attr attr = onednn::primitive_attr();
   const memory::dims src_dims = [&] {
     memory::dims d = {g.n, g.c};
     d.insert(d.end(), g.in.begin(), g.in.end());
@@ -341,9 +352,15 @@ PreparedConv prepare_conv(const ConvGeometry& g, memory::data_type type, bool ha
   // layer) the jit kernel reads plain NCHW input and writes blocked output.
   std::vector<std::pair<memory::desc, memory::desc>> layouts;
   const memory::desc dst_blocked(dst_dims, type, blocked_tag(dst_dims.size()));
-  if (g.c >= 16 && g.m >= 16) {
+  // Only a handful of output pixels (deep layers at batch 1: 4 x 4, 2 x 2): the weights
+  // dominate, and the NHWC brgemm kernel of format_tag::any streams them faster (ResNet-18
+  // at batch 1 on one thread: 5.0 ms against 5.7 ms). With more pixels (ResNet-18 at
+  // batch 8) the blocked kernel wins.
+  const bool few_pixels = g.n * shape_size(g.out) <= 16;
+  const bool many_channels = g.c >= 16 && g.m >= 16;
+  if (many_channels && !few_pixels) {
     layouts.emplace_back(memory::desc(src_dims, type, blocked_tag(src_dims.size())), dst_blocked);
-  } else if (g.m >= 16 && g.group == 1) {  // few input channels: read X as it is
+  } else if (!many_channels && g.m >= 16 && g.group == 1) {  // few input channels: read X as it is
     layouts.emplace_back(src_user, dst_blocked);
   }
   layouts.emplace_back(onednn::any_desc(src_dims, type), onednn::any_desc(dst_dims, type));
@@ -353,19 +370,19 @@ PreparedConv prepare_conv(const ConvGeometry& g, memory::data_type type, bool ha
     if (transpose) {
       dnnl::deconvolution_forward::desc desc(prop, dnnl::algorithm::deconvolution_direct, src, weights_any, bias, dst,
                                              strides, dilation, pad_l, pad_r);
-      auto pd = last ? dnnl::deconvolution_forward::primitive_desc(desc, onednn::engine())
-                     : try_pd<dnnl::deconvolution_forward::primitive_desc>(desc);
+      auto pd = last ? dnnl::deconvolution_forward::primitive_desc(desc, attr, onednn::engine())
+                     : try_pd<dnnl::deconvolution_forward::primitive_desc>(desc, attr);
       if (pd)
         return finish_prepare(pd, dnnl::deconvolution_forward(pd), src_user, weights_user, bias, dst_user,
-                              constant_weights);
+                              constant_weights, used);
     } else {
       dnnl::convolution_forward::desc desc(prop, dnnl::algorithm::convolution_direct, src, weights_any, bias, dst,
                                            strides, dilation, pad_l, pad_r);
-      auto pd = last ? dnnl::convolution_forward::primitive_desc(desc, onednn::engine())
-                     : try_pd<dnnl::convolution_forward::primitive_desc>(desc);
+      auto pd = last ? dnnl::convolution_forward::primitive_desc(desc, attr, onednn::engine())
+                     : try_pd<dnnl::convolution_forward::primitive_desc>(desc, attr);
       if (pd)
         return finish_prepare(pd, dnnl::convolution_forward(pd), src_user, weights_user, bias, dst_user,
-                              constant_weights);
+                              constant_weights, used);
     }
   }
   throw Error("no oneDNN convolution for this shape", ErrorKind::kRuntime);  // unreachable: the last try throws
@@ -373,15 +390,13 @@ PreparedConv prepare_conv(const ConvGeometry& g, memory::data_type type, bool ha
 
 // Runs a prepared convolution on caller buffers in the plain layouts, reordering through
 // scratch memory where the primitive computes in other layouts.
-void run_conv(KernelContext& ctx, const PreparedConv& p, const void* x, const void* w, const void* bias, void* y) {
-  std::unordered_map<int, memory> args;
+void run_conv(KernelContext& ctx, PreparedConv& p, const void* x, const void* w, const void* bias, void* y) {
   Tensor src_buffer, weights_buffer, dst_buffer;
   if (p.src_in) {
     src_buffer = onednn::scratch_bytes(ctx, p.src.get_size());
     p.src_in->run(x, src_buffer.raw_data());
     x = src_buffer.raw_data();
   }
-  args[DNNL_ARG_SRC] = onednn::wrap(p.src, x);
   if (p.packed_weights.defined()) {
     w = p.packed_weights.raw_data();
   } else if (p.weights_in) {
@@ -389,11 +404,13 @@ void run_conv(KernelContext& ctx, const PreparedConv& p, const void* x, const vo
     p.weights_in->run(w, weights_buffer.raw_data());
     w = weights_buffer.raw_data();
   }
-  args[DNNL_ARG_WEIGHTS] = onednn::wrap(p.weights, w);
-  if (bias) args[DNNL_ARG_BIAS] = onednn::wrap(p.bias, bias);
   if (p.dst_out) dst_buffer = onednn::scratch_bytes(ctx, p.dst.get_size());
-  args[DNNL_ARG_DST] = onednn::wrap(p.dst, p.dst_out ? dst_buffer.raw_data() : y);
-  onednn::execute(p.primitive, args);
+  void* dst = p.dst_out ? dst_buffer.raw_data() : y;
+  if (bias) {
+    p.primitive.run(ctx, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, dst}});
+  } else {
+    p.primitive.run(ctx, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}});
+  }
   if (p.dst_out) p.dst_out->run(dst_buffer.raw_data(), y);
 }
 
@@ -575,21 +592,21 @@ class ConvKernelBase : public OpKernel {
         inner.out_shape[i + 2] = inner.out[i];
       }
     }
-    std::vector<int64_t> key;
-    onednn::append_key(key, x);
-    onednn::append_key(key, w);
-    key.insert(key.end(), inner.out_shape.begin(), inner.out_shape.end());
-    key.insert(key.end(), inner.pad_begin.begin(), inner.pad_begin.end());
-    key.insert(key.end(), inner.pad_end.begin(), inner.pad_end.end());
-    key.push_back(bias != nullptr);
-    const PreparedConv& prepared = cache_.get(key, [&] {
+    key_.clear();
+    onednn::append_key(key_, x);
+    onednn::append_key(key_, w);
+    key_.insert(key_.end(), inner.out_shape.begin(), inner.out_shape.end());
+    key_.insert(key_.end(), inner.pad_begin.begin(), inner.pad_begin.end());
+    key_.insert(key_.end(), inner.pad_end.begin(), inner.pad_end.end());
+    key_.push_back(bias != nullptr);
+    PreparedConv& prepared = cache_.get(key_, [&] {
       Tensor converted;
       const void* constant = nullptr;
       if (constant_w_) {
         converted = native ? *constant_w_ : onednn::float32_copy(*constant_w_);
         constant = converted.raw_data();
       }
-      return prepare_conv(inner, type, bias != nullptr, transpose_, constant);
+      return prepare_conv(inner, type, bias != nullptr, transpose_, constant, ctx.num_threads());
     });
 
     const Tensor xs = native ? x : onednn::to_float32(ctx, x);
@@ -639,6 +656,7 @@ class ConvKernelBase : public OpKernel {
   ConvAttributes attrs_;
   bool transpose_;
   const Tensor* constant_w_;
+  std::vector<int64_t> key_;  // the cache key, rebuilt in place each run
   onednn::ShapeCache<PreparedConv> cache_;
 };
 

@@ -140,39 +140,47 @@ MatmulProblem matmul_problem(KernelContext& ctx, const Shape& a_shape, const Sha
   return p;
 }
 
-// A prepared oneDNN matmul: the primitive, the descriptors of the caller's buffers, and
-// the constant B already reordered into the layout the primitive prefers.
+// A prepared oneDNN matmul: the primitive, and the constant B already reordered into the
+// layout the primitive prefers.
 struct PreparedMatmul {
-  dnnl::matmul primitive;
-  memory::desc a_md, b_md, c_md, packed_b_md;
+  onednn::Primitive primitive;
   Tensor packed_b;  // undefined unless B is constant
 };
 
-// Creates the primitive; with a constant B, lets oneDNN choose B's layout and packs B
-// once, so runs skip the per-call copy of the weights.
+// Creates the primitive, on as many of `threads` as its size is worth; with a constant B,
+// lets oneDNN choose B's layout and packs B once, so runs skip the per-call copy of the
+// weights. A defined `bias_md` adds a bias argument.
 PreparedMatmul prepare_matmul(memory::data_type type, const memory::desc& a_md, const memory::desc& b_md,
-                              const memory::desc& c_md, const dnnl::primitive_attr& attr, const void* constant_b) {
-  PreparedMatmul prepared;
-  prepared.a_md = a_md;
-  prepared.b_md = b_md;
-  prepared.c_md = c_md;
+                              const memory::desc& c_md, const memory::desc& bias_md, const dnnl::primitive_attr& attr,
+                              const void* constant_b, int threads) {
+  const memory::dims& c_dims = c_md.dims();
+  const double flops = 2.0 * static_cast<double>(shape_size(c_dims)) * static_cast<double>(a_md.dims().back());
+  const int used = onednn::threads_for(flops, onednn::kFlopsPerThread, threads);
+  onednn::ThreadScope scope(used);
   const memory::desc weights = constant_b ? onednn::any_desc(b_md.dims(), type) : b_md;
-  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, weights, c_md), attr, onednn::engine());
-  prepared.primitive = dnnl::matmul(pd);
-  prepared.packed_b_md = pd.weights_desc();
+  dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, weights, bias_md, c_md), onednn::primitive_attr(attr),
+                                  onednn::engine());
+  PreparedMatmul prepared;
+  prepared.primitive = onednn::Primitive(dnnl::matmul(pd), pd, used);
+  prepared.primitive.add_argument(DNNL_ARG_SRC, a_md);
+  prepared.primitive.add_argument(DNNL_ARG_WEIGHTS, pd.weights_desc());
+  prepared.primitive.add_argument(DNNL_ARG_DST, c_md);
+  if (bias_md) prepared.primitive.add_argument(DNNL_ARG_BIAS, bias_md);
   if (constant_b) {
-    prepared.packed_b = Tensor::empty(DType::kUInt8, {static_cast<int64_t>(prepared.packed_b_md.get_size())});
-    onednn::reorder(b_md, constant_b, prepared.packed_b_md, prepared.packed_b.raw_data());
+    prepared.packed_b = Tensor::empty(DType::kUInt8, {static_cast<int64_t>(pd.weights_desc().get_size())});
+    onednn::reorder(b_md, constant_b, pd.weights_desc(), prepared.packed_b.raw_data());
   }
   return prepared;
 }
 
-void run_matmul(const PreparedMatmul& p, const void* a, const void* b, void* c) {
-  const bool packed = p.packed_b.defined();
-  onednn::execute(p.primitive, {{DNNL_ARG_SRC, onednn::wrap(p.a_md, a)},
-                                {DNNL_ARG_WEIGHTS,
-                                 packed ? onednn::wrap(p.packed_b_md, p.packed_b.raw_data()) : onednn::wrap(p.b_md, b)},
-                                {DNNL_ARG_DST, onednn::wrap(p.c_md, c)}});
+void run_matmul(KernelContext& ctx, PreparedMatmul& p, const void* a, const void* b, void* c,
+                const void* bias = nullptr) {
+  const void* weights = p.packed_b.defined() ? p.packed_b.raw_data() : b;
+  if (bias) {
+    p.primitive.run(ctx, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}, {DNNL_ARG_BIAS, bias}});
+  } else {
+    p.primitive.run(ctx, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}});
+  }
 }
 
 // The element types MatMul/Gemm compute with plain loops.
@@ -207,10 +215,10 @@ class MatMulKernel final : public OpKernel {
     const bool native = onednn::computes_natively(a.dtype());
     const DType compute = native ? a.dtype() : DType::kFloat32;
     const memory::data_type type = *onednn::data_type(compute);
-    std::vector<int64_t> key;
-    onednn::append_key(key, a);
-    onednn::append_key(key, b);
-    const PreparedMatmul& prepared = cache_.get(key, [&] {
+    key_.clear();
+    onednn::append_key(key_, a);
+    onednn::append_key(key_, b);
+    PreparedMatmul& prepared = cache_.get(key_, [&] {
       const void* constant = nullptr;
       Tensor converted;
       if (constant_b_) {
@@ -218,20 +226,21 @@ class MatMulKernel final : public OpKernel {
         constant = converted.raw_data();
       }
       return prepare_matmul(type, onednn::plain_desc(p.a, type), onednn::plain_desc(p.b, type),
-                            onednn::plain_desc(p.c, type), {}, constant);
+                            onednn::plain_desc(p.c, type), {}, {}, constant, ctx.num_threads());
     });
     if (native) {
-      run_matmul(prepared, a.raw_data(), b.raw_data(), out.raw_data());
+      run_matmul(ctx, prepared, a.raw_data(), b.raw_data(), out.raw_data());
       return;
     }
     const Tensor a32 = onednn::to_float32(ctx, a);
     const Tensor b32 = constant_b_ ? Tensor() : onednn::to_float32(ctx, b);
     Tensor c32 = ctx.allocate_scratch(DType::kFloat32, out.shape());
-    run_matmul(prepared, a32.raw_data(), b32.defined() ? b32.raw_data() : nullptr, c32.raw_data());
+    run_matmul(ctx, prepared, a32.raw_data(), b32.defined() ? b32.raw_data() : nullptr, c32.raw_data());
     onednn::from_float32(c32, out);
   }
 
   const Tensor* constant_b_;
+  std::vector<int64_t> key_;  // the cache key, rebuilt in place each run
   onednn::ShapeCache<PreparedMatmul> cache_;
 };
 
@@ -319,21 +328,29 @@ class GemmKernel final : public OpKernel {
     });
   }
 
+  // True when C is a row vector ([n] or [1, n]) added as it is: oneDNN's bias argument.
+  bool is_bias(const Tensor& c, const GemmShape& s) const {
+    if (alpha_ != 1.0f || beta_ != 1.0f) return false;
+    return (c.rank() == 1 && c.dim(0) == s.n) || (c.rank() == 2 && c.dim(0) == 1 && c.dim(1) == s.n);
+  }
+
   void run_onednn(KernelContext& ctx, const Tensor& a, const Tensor& b, const Tensor* c, Tensor& out,
                   const GemmShape& s) {
     const bool native = onednn::computes_natively(a.dtype());
     const memory::data_type type = *onednn::data_type(native ? a.dtype() : DType::kFloat32);
-    std::vector<int64_t> key;
-    onednn::append_key(key, a);
-    onednn::append_key(key, b);
-    key.push_back(c != nullptr);
-    const PreparedMatmul& prepared = cache_.get(key, [&] {
+    const bool bias = c && native && is_bias(*c, s);
+    key_.clear();
+    onednn::append_key(key_, a);
+    onednn::append_key(key_, b);
+    key_.push_back(c != nullptr);
+    key_.push_back(bias);
+    PreparedMatmul& prepared = cache_.get(key_, [&] {
       // Transposes are strides: A^T is A read column-major.
       const memory::desc a_md({s.m, s.k}, type, trans_a_ ? memory::dims{1, s.m} : memory::dims{s.k, 1});
       const memory::desc b_md({s.k, s.n}, type, trans_b_ ? memory::dims{1, s.k} : memory::dims{s.n, 1});
       dnnl::primitive_attr attr;
       if (alpha_ != 1.0f) attr.set_output_scales(0, {alpha_});
-      if (c) {  // out holds C on entry; the sum post-op adds beta * C
+      if (c && !bias) {  // out holds C on entry; the sum post-op adds beta * C
         dnnl::post_ops ops;
         ops.append_sum(beta_);
         attr.set_post_ops(ops);
@@ -344,18 +361,24 @@ class GemmKernel final : public OpKernel {
         converted = native ? *constant_b_ : onednn::float32_copy(*constant_b_);
         constant = converted.raw_data();
       }
-      return prepare_matmul(type, a_md, b_md, onednn::plain_desc({s.m, s.n}, type), attr, constant);
+      const memory::desc bias_md = bias ? onednn::plain_desc({1, s.n}, type) : memory::desc();
+      return prepare_matmul(type, a_md, b_md, onednn::plain_desc({s.m, s.n}, type), bias_md, attr, constant,
+                            ctx.num_threads());
     });
+    if (bias) {
+      run_matmul(ctx, prepared, a.raw_data(), b.raw_data(), out.raw_data(), c->raw_data());
+      return;
+    }
     if (native) {
       if (c) dispatch<float, BFloat16>(a.dtype(), "Gemm", [&]<typename T>() { fill_c<T>(*c, out); });
-      run_matmul(prepared, a.raw_data(), b.raw_data(), out.raw_data());
+      run_matmul(ctx, prepared, a.raw_data(), b.raw_data(), out.raw_data());
       return;
     }
     const Tensor a32 = onednn::to_float32(ctx, a);
     const Tensor b32 = constant_b_ ? Tensor() : onednn::to_float32(ctx, b);
     Tensor c32 = ctx.allocate_scratch(DType::kFloat32, out.shape());
     if (c) fill_c<float>(onednn::to_float32(ctx, *c), c32);
-    run_matmul(prepared, a32.raw_data(), b32.defined() ? b32.raw_data() : nullptr, c32.raw_data());
+    run_matmul(ctx, prepared, a32.raw_data(), b32.defined() ? b32.raw_data() : nullptr, c32.raw_data());
     onednn::from_float32(c32, out);
   }
 
@@ -405,6 +428,7 @@ class GemmKernel final : public OpKernel {
   float alpha_, beta_;
   bool exact_c_;
   const Tensor* constant_b_;
+  std::vector<int64_t> key_;  // the cache key, rebuilt in place each run
   onednn::ShapeCache<PreparedMatmul> cache_;
 };
 

@@ -66,13 +66,46 @@ void reorder(const memory::desc& source_desc, const void* source, const memory::
   execute(dnnl::reorder(src, dst), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
 }
 
-Reorder::Reorder(const memory::desc& from, const memory::desc& to)
-    : from_(from), to_(to), primitive_(dnnl::reorder::primitive_desc(engine(), from, engine(), to)) {}
+dnnl::primitive_attr primitive_attr(dnnl::primitive_attr attr) {
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return attr;
+}
 
-void Reorder::run(const void* source, void* target) const {
-  memory src = wrap(from_, source);
-  memory dst = wrap(to_, target);
-  execute(primitive_, {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
+Primitive::Primitive(dnnl::primitive primitive, const dnnl::primitive_desc_base& pd, int threads)
+    : primitive_(std::move(primitive)), threads_(threads) {
+  const memory::desc scratchpad = pd.scratchpad_desc();
+  scratchpad_bytes_ = scratchpad.get_size();
+  if (scratchpad_bytes_ > 0) add_argument(DNNL_ARG_SCRATCHPAD, scratchpad);
+}
+
+void Primitive::add_argument(int arg, const memory::desc& desc) {
+  args_.insert_or_assign(arg, memory(desc, engine(), DNNL_MEMORY_NONE));
+}
+
+void Primitive::run(KernelContext& ctx, std::initializer_list<std::pair<int, const void*>> buffers) {
+  for (const auto& [arg, data] : buffers) args_.at(arg).set_data_handle(const_cast<void*>(data));
+  Tensor scratchpad;
+  if (scratchpad_bytes_ > 0) {
+    scratchpad = scratch_bytes(ctx, scratchpad_bytes_);
+    args_.at(DNNL_ARG_SCRATCHPAD).set_data_handle(scratchpad.raw_data());
+  }
+  ThreadScope scope(threads_);
+  execute(primitive_, args_);
+}
+
+Reorder::Reorder(const memory::desc& from, const memory::desc& to, int threads)
+    : threads_(threads_for(static_cast<double>(from.get_size()), kBytesPerThread, threads)) {
+  ThreadScope scope(threads_);
+  primitive_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
+  args_.emplace(DNNL_ARG_FROM, memory(from, engine(), DNNL_MEMORY_NONE));
+  args_.emplace(DNNL_ARG_TO, memory(to, engine(), DNNL_MEMORY_NONE));
+}
+
+void Reorder::run(const void* source, void* target) {
+  args_.at(DNNL_ARG_FROM).set_data_handle(const_cast<void*>(source));
+  args_.at(DNNL_ARG_TO).set_data_handle(target);
+  ThreadScope scope(threads_);
+  execute(primitive_, args_);
 }
 
 // Converts n elements between float32 and a 16-bit float type with a oneDNN reorder

@@ -8,8 +8,11 @@
 // omp_get_max_threads() threads, which the session sets from intra_op_num_threads.
 #pragma once
 
+#include <omp.h>
 #include <onnxtrain/tensor.h>
 
+#include <algorithm>
+#include <initializer_list>
 #include <map>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <optional>
@@ -60,6 +63,72 @@ inline memory wrap(const memory::desc& desc, const void* data) {
 // Runs a primitive on the thread's stream and waits for it.
 void execute(const dnnl::primitive& primitive, const std::unordered_map<int, memory>& args);
 
+// ---- Threads for small work ----
+// Spreading a few microseconds of work over threads costs more than it saves: waking the
+// other threads and joining them takes microseconds, and far longer when the cores are
+// busy with other processes (a descheduled thread holds up the whole primitive). Kernels
+// size their thread count by their work.
+
+// Threads for `work` units when each thread should get at least `per_thread` of them:
+// between 1 and `available`.
+inline int threads_for(double work, double per_thread, int available) {
+  const double wanted = work / per_thread;
+  return wanted >= available ? available : std::max(1, static_cast<int>(wanted));
+}
+
+// Floating-point operations per thread that make a thread worth starting for a oneDNN
+// compute primitive (matmul, convolution): about 20 us of work on one core. On an idle
+// machine a lower bound pays (joining a thread costs a few microseconds), but on cores
+// shared with other processes every parallel region risks waiting milliseconds for a
+// descheduled thread, so only work that gains tens of microseconds is split.
+inline constexpr double kFlopsPerThread = 2e6;
+// Bytes per thread for memory-bound primitives (reorders, pooling): about 50 us of copying.
+inline constexpr double kBytesPerThread = 512 * 1024;
+
+// Sets the calling thread's OpenMP thread count for a scope. oneDNN splits a primitive's
+// work for the thread count when the primitive is created and runs its loops with the
+// count when it executes, so both happen inside a ThreadScope with the same count.
+class ThreadScope {
+ public:
+  explicit ThreadScope(int threads) : saved_(omp_get_max_threads()) {
+    if (threads != saved_) omp_set_num_threads(threads);
+  }
+  ~ThreadScope() {
+    if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
+  }
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+
+ private:
+  int saved_;
+};
+
+// The attributes every Primitive's descriptor is created with (the scratchpad comes from
+// the run, see Primitive); `attr` adds to given ones.
+dnnl::primitive_attr primitive_attr(dnnl::primitive_attr attr = {});
+
+// A primitive prepared to run many times at little cost: its argument memories are made
+// once and pointed at each run's buffers, and its scratchpad comes from the run's arena
+// (with the default scratchpad, oneDNN allocates and frees one on every call). It runs on
+// the thread count it was created with. Create its descriptor with primitive_attr() and
+// inside a ThreadScope of `threads`.
+class Primitive {
+ public:
+  Primitive() = default;
+  Primitive(dnnl::primitive primitive, const dnnl::primitive_desc_base& pd, int threads);
+
+  // Declares argument `arg` (DNNL_ARG_SRC, ...) and its layout.
+  void add_argument(int arg, const memory::desc& desc);
+  // Runs on one buffer per declared argument, given as (arg, data) pairs.
+  void run(KernelContext& ctx, std::initializer_list<std::pair<int, const void*>> buffers);
+
+ private:
+  dnnl::primitive primitive_;
+  int threads_ = 1;
+  size_t scratchpad_bytes_ = 0;
+  std::unordered_map<int, memory> args_;
+};
+
 // True when oneDNN fell back to its slow reference code (its implementation name, as
 // ONEDNN_VERBOSE=1 prints it, starts with "ref" or is a "simple" one).
 bool is_reference(const dnnl::primitive_desc_base& pd);
@@ -68,16 +137,18 @@ bool is_reference(const dnnl::primitive_desc_base& pd);
 // one-off copies; a kernel that reorders on every run keeps a Reorder.
 void reorder(const memory::desc& source_desc, const void* source, const memory::desc& target_desc, void* target);
 
-// A reorder primitive between two fixed layouts, created once.
+// A reorder primitive between two fixed layouts, created once, with its memories; it
+// runs on one thread unless it moves enough bytes for more (of at most `threads`).
 class Reorder {
  public:
   Reorder() = default;
-  Reorder(const memory::desc& from, const memory::desc& to);
-  void run(const void* source, void* target) const;
+  Reorder(const memory::desc& from, const memory::desc& to, int threads);
+  void run(const void* source, void* target);
 
  private:
-  memory::desc from_, to_;
   dnnl::reorder primitive_;
+  int threads_ = 1;
+  std::unordered_map<int, memory> args_;
 };
 
 // A scratch buffer of `bytes` bytes from the run's arena.

@@ -261,12 +261,8 @@ bool onednn_sizes_match(const PoolGeometry& g) {
   return true;
 }
 
-struct PreparedPool {
-  dnnl::pooling_v2_forward primitive;
-  memory::desc src, dst;
-};
-
-PreparedPool prepare_pool(const PoolAttributes& a, const PoolGeometry& g, memory::data_type type) {
+// The pooling primitive on as many of `threads` as the input's size is worth.
+onednn::Primitive prepare_pool(const PoolAttributes& a, const PoolGeometry& g, memory::data_type type, int threads) {
   memory::dims src_dims{g.n, g.c}, dst_dims{g.n, g.c}, kernel, strides, dilation, pad_l, pad_r;
   for (size_t i = 0; i < g.axes; ++i) {
     const size_t j = g.axis(i);
@@ -281,13 +277,17 @@ PreparedPool prepare_pool(const PoolAttributes& a, const PoolGeometry& g, memory
   const dnnl::algorithm algorithm = a.kind == PoolKind::kMax ? dnnl::algorithm::pooling_max
                                     : a.count_include_pad    ? dnnl::algorithm::pooling_avg_include_padding
                                                              : dnnl::algorithm::pooling_avg_exclude_padding;
-  PreparedPool p;
-  p.src = onednn::plain_desc(src_dims, type);
-  p.dst = onednn::plain_desc(dst_dims, type);
-  dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm, p.src, p.dst, strides, kernel,
+  const memory::desc src = onednn::plain_desc(src_dims, type);
+  const memory::desc dst = onednn::plain_desc(dst_dims, type);
+  const int used = onednn::threads_for(static_cast<double>(src.get_size()), onednn::kBytesPerThread, threads);
+  onednn::ThreadScope scope(used);
+  dnnl::pooling_v2_forward::desc desc(dnnl::prop_kind::forward_inference, algorithm, src, dst, strides, kernel,
                                       dilation, pad_l, pad_r);
-  p.primitive = dnnl::pooling_v2_forward(dnnl::pooling_v2_forward::primitive_desc(desc, onednn::engine()));
-  return p;
+  const dnnl::pooling_v2_forward::primitive_desc pd(desc, onednn::primitive_attr(), onednn::engine());
+  onednn::Primitive primitive(dnnl::pooling_v2_forward(pd), pd, used);
+  primitive.add_argument(DNNL_ARG_SRC, src);
+  primitive.add_argument(DNNL_ARG_DST, dst);
+  return primitive;
 }
 
 class PoolKernel final : public OpKernel {
@@ -304,11 +304,10 @@ class PoolKernel final : public OpKernel {
     if (g.in_size() == 0) ctx.fail("X " + shape_string(x.shape()) + " has an empty spatial axis");
     if (use_onednn(x.dtype(), g, want_indices)) {
       const memory::data_type type = *onednn::data_type(x.dtype());
-      std::vector<int64_t> key;
-      onednn::append_key(key, x);
-      const PreparedPool& p = cache_.get(key, [&] { return prepare_pool(attrs_, g, type); });
-      onednn::execute(p.primitive, {{DNNL_ARG_SRC, onednn::wrap(p.src, x.raw_data())},
-                                    {DNNL_ARG_DST, onednn::wrap(p.dst, y.raw_data())}});
+      key_.clear();
+      onednn::append_key(key_, x);
+      onednn::Primitive& primitive = cache_.get(key_, [&] { return prepare_pool(attrs_, g, type, ctx.num_threads()); });
+      primitive.run(ctx, {{DNNL_ARG_SRC, x.raw_data()}, {DNNL_ARG_DST, y.raw_data()}});
       return;
     }
     auto run = [&]<typename T>() {
@@ -331,7 +330,8 @@ class PoolKernel final : public OpKernel {
   }
 
   PoolAttributes attrs_;
-  onednn::ShapeCache<PreparedPool> cache_;
+  std::vector<int64_t> key_;  // the cache key, rebuilt in place each run
+  onednn::ShapeCache<onednn::Primitive> cache_;
 };
 
 KernelFactory pool_factory(PoolKind kind) {
