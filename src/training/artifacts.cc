@@ -98,6 +98,7 @@ class ArtifactBuilder {
     Artifacts result;
     result.eval = eval_model();
     result.training = training_model(result.eval);  // may freeze parameters without gradient
+    track_running_statistics(result.training, result.eval);
     result.checkpoint = checkpoint_from_initializers(forward_.graph.initializers, trainable_, frozen_);
     if (options_.optimizer) {
       std::vector<ir::ValueInfo> trainable;
@@ -161,6 +162,7 @@ class ArtifactBuilder {
       }
     }
     explicit_trainable_ = !options_.requires_grad.empty();
+    const std::set<std::string> running = running_statistics();
     std::vector<std::string> constants;
     std::set<std::string> seen;
     for (const auto& [name, tensor] : forward_.graph.initializers) {
@@ -168,6 +170,8 @@ class ArtifactBuilder {
       const auto it = wanted.find(name);
       if (it != wanted.end()) {
         (it->second ? trainable_ : frozen_).push_back(name);
+      } else if (running.contains(name) && is_floating(tensor.dtype())) {
+        frozen_.push_back(name);  // state that training updates, not a constant
       } else if (!explicit_trainable_ && is_floating(tensor.dtype())) {
         trainable_.push_back(name);
       } else if (is_floating(tensor.dtype())) {
@@ -377,6 +381,58 @@ class ArtifactBuilder {
     graph.outputs = std::move(outputs);
     training::use_training_function(model, "AccumulateGradient");
     return model;
+  }
+
+  // The running means and variances of BatchNormalization nodes in training mode.
+  std::set<std::string> running_statistics() const {
+    std::set<std::string> names;
+    for (const ir::Node& node : forward_.graph.nodes) {
+      const ir::Attribute* mode = node.attribute("training_mode");
+      if (node.op_type != "BatchNormalization" || !node.domain.empty() || !mode || mode->i == 0) continue;
+      if (node.inputs.size() == 5) names.insert({node.inputs[3], node.inputs[4]});
+    }
+    return names;
+  }
+
+  // BatchNormalization in training mode whose running mean and variance are frozen
+  // parameters: the training model outputs their updates as "<p>.running.out", which
+  // Module writes back into the state (what torch does in train mode), and the eval model
+  // normalizes with them (what torch does in eval mode). Running statistics left as
+  // constants cannot be updated, so those nodes keep the batch statistics in both models.
+  void track_running_statistics(ir::Model& training, ir::Model& eval) const {
+    const std::set<std::string> frozen(frozen_.begin(), frozen_.end());
+    auto tracked = [&](const ir::Node& node) {
+      const ir::Attribute* mode = node.attribute("training_mode");
+      return node.op_type == "BatchNormalization" && node.domain.empty() && mode && mode->i != 0 &&
+             node.inputs.size() == 5 && frozen.contains(node.inputs[3]) && frozen.contains(node.inputs[4]);
+    };
+    training::GraphEditor editor(training.graph, "running_statistics");
+    std::vector<ir::Node> copies;
+    for (ir::Node& node : training.graph.nodes) {
+      if (!tracked(node)) continue;
+      node.outputs.resize(3);
+      for (size_t k = 1; k <= 2; ++k) {
+        const std::string& parameter = node.inputs[k + 2];
+        const std::string output = training::running_statistic_output(parameter);
+        editor.reserve(output, "would be the updated running statistic '" + parameter + "'");
+        if (node.outputs[k].empty()) node.outputs[k] = editor.fresh_name(parameter + "/running");
+        ir::Node copy;
+        copy.name = output + "/Identity";
+        copy.op_type = "Identity";
+        copy.inputs = {node.outputs[k]};
+        copy.outputs = {output};
+        copies.push_back(std::move(copy));
+        ir::ValueInfo info = parameter_info(parameter);
+        info.name = output;
+        training.graph.outputs.push_back(std::move(info));
+      }
+    }
+    for (ir::Node& copy : copies) training.graph.nodes.push_back(std::move(copy));
+    for (ir::Node& node : eval.graph.nodes) {
+      if (!tracked(node)) continue;
+      std::erase_if(node.attributes, [](const ir::Attribute& a) { return a.name == "training_mode"; });
+      node.outputs.resize(1);
+    }
   }
 
   ir::Model forward_;

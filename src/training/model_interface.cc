@@ -43,6 +43,10 @@ std::optional<std::string> trained_parameter_of_output(std::string_view output) 
   return strip_suffix(output, kAccumulatedGradientSuffix);
 }
 
+std::optional<std::string> running_statistic_of_output(std::string_view output) {
+  return strip_suffix(output, kRunningStatisticSuffix);
+}
+
 void prune_for_inference(ir::Model& model, const std::vector<std::string>& outputs, const CheckpointState& state,
                          const std::string& file) {
   ir::Graph& graph = model.graph;

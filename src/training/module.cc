@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <span>
 #include <string_view>
 
 #include "ir/onnx_io.h"
@@ -27,6 +28,8 @@ struct ModelRoles {
   bool has_reset_input = false;
   std::vector<std::string> user_outputs;
   std::vector<std::string> gradient_outputs;  // "<p>_grad.accumulation.out", in `trained` order
+  std::vector<std::string> running_outputs;   // "<p>.running.out"
+  std::vector<std::string> running;           // p, per running output
 };
 
 ModelRoles sort_roles(const runtime::Executor& executor, const CheckpointState& state, const std::string& file) {
@@ -46,8 +49,14 @@ ModelRoles sort_roles(const runtime::Executor& executor, const CheckpointState& 
   }
   std::set<std::string> produced;
   for (const ValueMetadata& output : executor.outputs()) {
-    if (training::trained_parameter_of_output(output.name)) produced.insert(output.name);
-    else roles.user_outputs.push_back(output.name);
+    if (training::trained_parameter_of_output(output.name)) {
+      produced.insert(output.name);
+    } else if (auto p = training::running_statistic_of_output(output.name); p && state.has_parameter(*p)) {
+      roles.running_outputs.push_back(output.name);
+      roles.running.push_back(*p);
+    } else {
+      roles.user_outputs.push_back(output.name);
+    }
   }
   for (const std::string& p : roles.trained) {
     if (!state.has_parameter(p)) {
@@ -95,8 +104,15 @@ struct Module::Model {
   std::unique_ptr<runtime::Executor> executor;
   ModelRoles roles;
   std::vector<std::string> output_names;  // user outputs, then gradient outputs
-  NamedTensors feeds;                     // reused across runs
-  std::vector<Tensor> destinations;
+  // The feeds, named once, in a fixed order: user inputs, parameters, gradient buffers, the
+  // reset flag. A run points them at the current tensors, which are the same state tensors
+  // from one step to the next, so a step builds no name and copies no shape.
+  NamedTensors feeds;
+  std::vector<size_t> parameter_indices;  // per roles.parameters, into state.parameters()
+  std::vector<size_t> trained_indices;    // per roles.trained
+  std::vector<size_t> running_indices;    // per roles.running
+  std::vector<Tensor> destinations;       // per output: undefined for user outputs, then the gradients
+  Tensor reset_flags[2] = {Tensor::scalar<bool>(false), Tensor::scalar<bool>(true)};
 
   Model(const std::filesystem::path& path, const CheckpointState& state, const SessionOptions& options)
       : file(path.filename().string()),
@@ -107,8 +123,43 @@ struct Module::Model {
     }
     output_names = roles.user_outputs;
     output_names.insert(output_names.end(), roles.gradient_outputs.begin(), roles.gradient_outputs.end());
+    output_names.insert(output_names.end(), roles.running_outputs.begin(), roles.running_outputs.end());
+    destinations.resize(output_names.size());
+    for (const std::string& name : roles.user_inputs) feeds.emplace_back(name, Tensor());
+    for (const std::string& name : roles.parameters) {
+      feeds.emplace_back(name, Tensor());
+      parameter_indices.push_back(training::parameter_index(state, name));
+    }
+    for (size_t i = 0; i < roles.trained.size(); ++i) {
+      feeds.emplace_back(roles.gradient_buffers[i], Tensor());
+      trained_indices.push_back(training::parameter_index(state, roles.trained[i]));
+    }
+    for (const std::string& name : roles.running) running_indices.push_back(training::parameter_index(state, name));
+    if (roles.has_reset_input) feeds.emplace_back(std::string(training::kLazyResetGrad), Tensor());
   }
 };
+
+namespace {
+
+// Lets go of the user's input tensors when a run ends, however it ends: they may borrow
+// memory (numpy, DLPack) that is only lent for the call.
+class UserFeeds {
+ public:
+  UserFeeds(NamedTensors& feeds, const std::vector<Tensor>& inputs) : feeds_(feeds), count_(inputs.size()) {
+    for (size_t i = 0; i < count_; ++i) feeds_[i].second = inputs[i];
+  }
+  UserFeeds(const UserFeeds&) = delete;
+  UserFeeds& operator=(const UserFeeds&) = delete;
+  ~UserFeeds() {
+    for (size_t i = 0; i < count_; ++i) feeds_[i].second = Tensor();
+  }
+
+ private:
+  NamedTensors& feeds_;
+  size_t count_;
+};
+
+}  // namespace
 
 Module::Module(const std::filesystem::path& train_model_path, CheckpointState& state,
                const std::filesystem::path& eval_model_path, SessionOptions options)
@@ -144,22 +195,24 @@ std::vector<Tensor> Module::run(Model& model, const std::vector<Tensor>& inputs,
                     list_names(roles.user_inputs) + "), got " + std::to_string(inputs.size()),
                 ErrorKind::kInvalidArgument);
   }
-  NamedTensors& feeds = model.feeds;
-  feeds.clear();
-  for (size_t i = 0; i < inputs.size(); ++i) feeds.emplace_back(roles.user_inputs[i], inputs[i]);
-  for (const std::string& name : roles.parameters) feeds.emplace_back(name, state_->parameter(name).data);
-
-  model.destinations.assign(model.output_names.size(), Tensor());
-  for (size_t i = 0; i < roles.trained.size(); ++i) {
-    Parameter& p = state_->parameter(roles.trained[i]);
+  const std::span<Parameter> parameters = state_->parameters();
+  size_t slot = inputs.size();
+  for (size_t index : model.parameter_indices) training::point_at(model.feeds[slot++].second, parameters[index].data);
+  for (size_t i = 0; i < model.trained_indices.size(); ++i) {
+    Parameter& p = parameters[model.trained_indices[i]];
     if (!p.grad.defined()) p.grad = Tensor::zeros(p.data.dtype(), p.data.shape());
-    feeds.emplace_back(roles.gradient_buffers[i], p.grad);
-    model.destinations[roles.user_outputs.size() + i] = p.grad;
+    training::point_at(model.feeds[slot++].second, p.grad);
+    training::point_at(model.destinations[roles.user_outputs.size() + i], p.grad);
   }
-  if (roles.has_reset_input) feeds.emplace_back(std::string(training::kLazyResetGrad), Tensor::scalar<bool>(reset_grad_));
+  // Running statistics (BatchNorm in training mode) are updated in place in the state.
+  const size_t first_running = roles.user_outputs.size() + roles.trained.size();
+  for (size_t i = 0; i < model.running_indices.size(); ++i) {
+    training::point_at(model.destinations[first_running + i], parameters[model.running_indices[i]].data);
+  }
+  if (roles.has_reset_input) model.feeds[slot].second = model.reset_flags[reset_grad_ ? 1 : 0];
 
-  std::vector<Tensor> outputs = model.executor->run(feeds, model.output_names, model.destinations);
-  feeds.clear();  // hold no user tensor between runs
+  const UserFeeds user_feeds(model.feeds, inputs);
+  std::vector<Tensor> outputs = model.executor->run(model.feeds, model.output_names, model.destinations);
   if (training && !roles.trained.empty()) {
     reset_grad_ = false;
     has_gradients_ = true;

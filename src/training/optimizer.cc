@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <set>
+#include <span>
 
 #include "ir/onnx_io.h"
 #include "runtime/executor.h"
@@ -39,12 +40,16 @@ Tensor real_scalar(DType dtype, double value) {
 struct Optimizer::Model {
   std::string file;
   std::unique_ptr<runtime::Executor> executor;
-  std::vector<std::string> parameters;  // trained, in the model's input order
-  std::vector<std::string> moments;     // per parameter, e.g. exp_avg, exp_avg_sq
+  std::vector<std::string> parameters;    // trained, in the model's input order
+  std::vector<size_t> parameter_indices;  // per parameter, into state.parameters()
+  std::vector<std::string> moments;       // per parameter, e.g. exp_avg, exp_avg_sq
   DType learning_rate_dtype = DType::kFloat32;
   std::vector<std::string> output_names;
+  // Named once, in a fixed order: learning rate, step, then per parameter the parameter,
+  // its gradient and its moments. A step points them at the state's tensors (the same ones
+  // from step to step), so it builds no name and copies no shape.
   NamedTensors feeds;
-  std::vector<Tensor> destinations;
+  std::vector<Tensor> destinations;  // per output: the parameter, then its moments
 };
 
 Optimizer::Optimizer(const std::filesystem::path& optimizer_model_path, Module& module)
@@ -83,6 +88,15 @@ Optimizer::Optimizer(const std::filesystem::path& optimizer_model_path, Module& 
     }
   }
   if (m.parameters.empty()) throw Error(m.file + " updates no parameter", ErrorKind::kInvalidModel);
+  m.feeds.emplace_back(std::string(training::kLearningRate), Tensor());
+  m.feeds.emplace_back(std::string(training::kStep), Tensor());
+  for (const std::string& name : m.parameters) {
+    m.parameter_indices.push_back(training::parameter_index(state, name));
+    m.feeds.emplace_back(name, Tensor());
+    m.feeds.emplace_back(training::gradient_input(name), Tensor());
+    for (const std::string& moment : m.moments) m.feeds.emplace_back(training::moment_input(name, moment), Tensor());
+  }
+  m.destinations.resize(m.output_names.size());
 
   if (!state.has_optimizer_state()) state.set_optimizer_state(OptimizerState{0, 1e-3, {}});
   OptimizerState& optimizer = state.optimizer_state();
@@ -117,27 +131,28 @@ void Optimizer::step() {
   OptimizerState& optimizer = state.optimizer_state();
   const int64_t step = optimizer.step + 1;
 
-  m.feeds.clear();
-  m.destinations.clear();
-  m.feeds.emplace_back(std::string(training::kLearningRate), real_scalar(m.learning_rate_dtype, optimizer.learning_rate));
-  m.feeds.emplace_back(std::string(training::kStep), Tensor::scalar<int64_t>(step));
-  for (const std::string& name : m.parameters) {
-    Parameter& p = state.parameter(name);
+  const std::span<Parameter> parameters = state.parameters();
+  m.feeds[0].second = real_scalar(m.learning_rate_dtype, optimizer.learning_rate);
+  m.feeds[1].second = Tensor::scalar<int64_t>(step);
+  size_t slot = 2;
+  size_t destination = 0;
+  for (size_t i = 0; i < m.parameters.size(); ++i) {
+    Parameter& p = parameters[m.parameter_indices[i]];
     if (!p.grad.defined()) {
-      throw Error("Optimizer.step(): parameter '" + name + "' has no gradient; the training model does not train it",
+      throw Error("Optimizer.step(): parameter '" + p.name + "' has no gradient; the training model does not train it",
                   ErrorKind::kInvalidArgument);
     }
-    m.feeds.emplace_back(name, p.data);
-    m.feeds.emplace_back(training::gradient_input(name), p.grad);
-    m.destinations.push_back(p.data);
-    auto& slots = optimizer.moments.at(name);
+    training::point_at(m.feeds[slot++].second, p.data);
+    training::point_at(m.feeds[slot++].second, p.grad);
+    training::point_at(m.destinations[destination++], p.data);
+    const auto& slots = optimizer.moments.at(p.name);  // the state's optimizer state may have been replaced
     for (const std::string& moment : m.moments) {
-      m.feeds.emplace_back(training::moment_input(name, moment), slots.at(moment));
-      m.destinations.push_back(slots.at(moment));
+      const Tensor& value = slots.at(moment);
+      training::point_at(m.feeds[slot++].second, value);
+      training::point_at(m.destinations[destination++], value);
     }
   }
   m.executor->run(m.feeds, m.output_names, m.destinations);
-  m.feeds.clear();
   optimizer.step = step;
 }
 

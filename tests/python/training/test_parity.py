@@ -2,9 +2,14 @@
 200 steps of AdamW and of SGD with momentum on an MLP, a CNN with BatchNorm and a small
 GPT-2. Every step's loss must match PyTorch's within rtol 1e-4.
 
-Both run on one thread, so that each side's rounding is the same from run to run: over 200
-steps a rounding-level difference can flip a discrete choice (a ReLU at 0, a MaxPool tie)
-and training then amplifies it; one thread keeps the comparison reproducible."""
+Both run on one thread, so that each side's rounding is the same from run to run.
+
+The CNN runs in float64 on both sides. Its float32 training is sensitive to rounding: torch's
+own float32 run drifts from torch's float64 run by up to 2.3e-3 relative within these 200
+steps (80 steps beyond 1e-4; measured with this data and these hyper-parameters), so any two
+float32 implementations that round differently — onnxtrain's AVX-512 loops and torch's
+kernels — part by as much, whichever is right. In float64 the comparison measures the
+update rules, not rounding luck. The MLP and the GPT stay within 1e-4 in float32."""
 
 from __future__ import annotations
 
@@ -39,10 +44,13 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+DTYPES = {"mlp": "float32", "cnn": "float64", "gpt": "float32"}
+
+
 @pytest.fixture(scope="module")
 def cases(tmp_path_factory):
     folder = tmp_path_factory.mktemp("parity")
-    return {name: make_case(name, folder) for name in ("mlp", "cnn", "gpt")}
+    return {name: make_case(name, folder, dtype) for name, dtype in DTYPES.items()}
 
 
 def onnxtrain_losses(case, optimizer_block, lr: float, folder, steps: int) -> list[float]:

@@ -270,3 +270,44 @@ def test_a_checkpoint_of_another_model_is_refused(mlp_artifacts, tmp_path):
                                  artifact_directory=tmp_path)
     with pytest.raises(ValueError, match="the checkpoint does not have"):
         Module(tmp_path / "training_model.onnx", other)
+
+
+def test_batchnorm_running_statistics_follow_torch(tmp_path):
+    """Training-mode BatchNorm's running mean and variance are state: generate_artifacts
+    freezes them into the checkpoint, training updates them in place, and the eval model
+    normalizes with them — torch's train()/eval() behaviour. The ONNX spec (and onnxtrain)
+    updates the running variance with the biased batch variance, torch with the unbiased one:
+    n/(n-1) apart, n = 8*16*16 or more here, hence rtol 1e-3 for the variance."""
+    import copy
+
+    case = make_case("cnn", tmp_path / "cnn")
+    twin = copy.deepcopy(case.module)
+    artifacts.generate_artifacts(str(case.onnx_path), requires_grad=trainable_names(case),
+                                 loss=artifacts.LossType.CrossEntropyLoss, optimizer=artifacts.OptimType.SGD,
+                                 artifact_directory=tmp_path)
+    state = CheckpointState.load_checkpoint(tmp_path / "checkpoint")
+    running = [name for name, p in state.parameters if "running" in name]
+    assert len(running) == 4 and not any(state.parameters[n].requires_grad for n in running)
+    module = Module(tmp_path / "training_model.onnx", state, tmp_path / "eval_model.onnx")
+    optimizer = Optimizer(tmp_path / "optimizer_model.onnx", module)
+    optimizer.set_learning_rate(0.01)
+    torch_optimizer = torch.optim.SGD(twin.parameters(), lr=0.01)
+    batches = case.batches(6)
+    for x, y in batches[:5]:
+        module.train()(x, y)
+        optimizer.step()
+        module.lazy_reset_grad()
+        torch_optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(twin(torch.from_numpy(x)), torch.from_numpy(y)).backward()
+        torch_optimizer.step()
+    buffers = dict(twin.named_buffers())
+    for name in running:
+        rtol = 1e-3 if name.endswith("running_var") else 1e-5
+        np.testing.assert_allclose(state.parameters[name].data, buffers[name].numpy(), rtol=rtol, atol=1e-6)
+    x, y = batches[5]
+    twin.eval()
+    expected = torch.nn.functional.cross_entropy(twin(torch.from_numpy(x)), torch.from_numpy(y)).item()
+    np.testing.assert_allclose(module.eval()(x, y), expected, rtol=1e-3)
+    eval_model = onnx.load(str(tmp_path / "eval_model.onnx"))
+    assert all(not any(a.name == "training_mode" and a.i for a in n.attribute)
+               for n in eval_model.graph.node if n.op_type == "BatchNormalization")

@@ -84,10 +84,11 @@ def _token_batches(batch: int, seq: int, vocab: int, seed: int) -> Callable[[int
     return batches
 
 
-def make_case(name: str, folder: Path) -> TrainingCase:
-    """``mlp``, ``cnn`` or ``gpt`` (GPT-2, 2 layers, 64 wide, vocabulary 128)."""
+def make_case(name: str, folder: Path, dtype: str = "float32") -> TrainingCase:
+    """``mlp``, ``cnn`` or ``gpt`` (GPT-2, 2 layers, 64 wide, vocabulary 128), in float32 or
+    float64 (weights and float inputs)."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.onnx"
+    path = folder / f"{name}-{dtype}.onnx"
     if name == "mlp":
         module = build_model("mlp", "train").module
         batches = _classification_batches((16, 32), 10, seed=11)
@@ -103,9 +104,18 @@ def make_case(name: str, folder: Path) -> TrainingCase:
         input_name = "input_ids"
     else:
         raise ValueError(name)
+    if dtype == "float64":
+        module = module.double()
+        batches = _as_float64(batches)
     module.train()
     _export(module, batches(1)[0][0], input_name, path)
     return TrainingCase(name, module, path, input_name, batches)
+
+
+def _as_float64(batches: Callable[[int], list]) -> Callable[[int], list]:
+    def converted(steps: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        return [(x.astype(np.float64) if x.dtype == np.float32 else x, y) for x, y in batches(steps)]
+    return converted
 
 
 def trainable_names(case: TrainingCase) -> list[str]:
