@@ -11,17 +11,27 @@ forward and backward pass runs in
 
 all at the same intra-op thread count. Each (runtime, model) runs in a fresh process;
 time is the median of ``--repeat`` steps after ``--warmup``; peak memory is the process's
-peak resident size above what it held after loading the model (ru_maxrss), i.e. what the
-step itself needs: activations, gradients, workspace.
+peak resident size during the steps above its resident size just before them (the peak is
+reset first through /proc/self/clear_refs, so loading and graph building do not count),
+i.e. what the step itself needs: activations, gradients, workspace.
 
-    PYTHONPATH=build/<dir>/python .venv/bin/python bench/gradient_step.py [--threads 2] [--models mlp cnn]
+On a shared machine the runtimes are interleaved: ``--rounds`` sweeps over every
+(model, runtime) pair, and the table shows the median over the rounds (the spread,
+min-max of the rounds' medians, goes to stderr). The load average before and after is
+printed with the table. Besides wall time, "cpu" is the process's CPU time per step (all
+its threads): time spent descheduled by other processes does not count in it, so at one
+thread it is the steadier measure of the work a step does.
+
+    PYTHONPATH=build/<dir>/python .venv/bin/python bench/gradient_step.py [--threads 2] [--rounds 3] [--models mlp cnn]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
-import resource
+import os
+import re
 import statistics
 import subprocess
 import sys
@@ -39,8 +49,15 @@ SEQ_LEN = 64
 MODELS = list(BATCH)
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def memory_mb(field: str) -> float:
+    """VmRSS (resident now) or VmHWM (peak resident) of this process, in MiB."""
+    with open("/proc/self/status") as status:
+        return int(re.search(rf"{field}:\s+(\d+)", status.read()).group(1)) / 1024
+
+
+def reset_peak_memory() -> None:
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
 
 
 def setup(model: str):
@@ -98,15 +115,22 @@ def measure(runtime: str, model: str, threads: int, warmup: int, repeat: int) ->
         def step():
             session.run(None, run_feeds)
 
-    baseline = peak_rss_mb()
+    gc.collect()
+    reset_peak_memory()
+    baseline = memory_mb("VmRSS")
     for _ in range(warmup):
         step()
-    times = []
+    times, cpu_times = [], []
     for _ in range(repeat):
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         step()
         times.append(time.perf_counter() - start)
-    return {"ms": statistics.median(times) * 1e3, "peak_mb": peak_rss_mb() - baseline}
+        cpu_times.append(time.process_time() - cpu_start)
+    return {
+        "ms": statistics.median(times) * 1e3,
+        "cpu_ms": statistics.median(cpu_times) * 1e3,
+        "peak_mb": memory_mb("VmHWM") - baseline,
+    }
 
 
 def main() -> None:
@@ -116,30 +140,50 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--models", nargs="*", default=MODELS)
     parser.add_argument("--runtimes", nargs="*", default=["onnxtrain", "pytorch", "onnxruntime"])
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         runtime, model = args.child
         print(json.dumps(measure(runtime, model, args.threads, args.warmup, args.repeat)))
         return
-    header = "| model | batch |" + "".join(f" {r} ms | {r} MB |" for r in args.runtimes)
-    print(f"threads={args.threads}, median of {args.repeat} steps; MB = peak RSS above the loaded model\n")
-    print(header)
-    print("|" + "---|" * (2 + 2 * len(args.runtimes)))
+    load_before = os.getloadavg()
+    results: dict[tuple[str, str], list[dict]] = {(m, r): [] for m in args.models for r in args.runtimes}
+    for _ in range(args.rounds):
+        for model in args.models:
+            for runtime in args.runtimes:
+                result = run_child(runtime, model, args)
+                if result:
+                    results[model, runtime].append(result)
+    load_after = os.getloadavg()
+    print(f"threads={args.threads}, median of {args.repeat} steps, median of {args.rounds} interleaved round(s); "
+          f"MB = peak RSS during the steps above the RSS before them; "
+          f"load average {load_before[0]:.1f} before, {load_after[0]:.1f} after\n")
+    print("| model | batch |" + "".join(f" {r} ms | {r} cpu ms | {r} MB |" for r in args.runtimes))
+    print("|" + "---|" * (2 + 3 * len(args.runtimes)))
     for model in args.models:
         cells = []
         for runtime in args.runtimes:
-            command = [sys.executable, __file__, "--child", runtime, model, "--threads", str(args.threads),
-                       "--warmup", str(args.warmup), "--repeat", str(args.repeat)]
-            done = subprocess.run(command, capture_output=True, text=True)
-            if done.returncode != 0:
-                cells += ["error", "error"]
-                print(f"{runtime} {model}: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+            runs = results[model, runtime]
+            if not runs:
+                cells += ["error"] * 3
                 continue
-            result = json.loads(done.stdout.strip().splitlines()[-1])
-            cells += [f"{result['ms']:.1f}", f"{result['peak_mb']:.0f}"]
+            ms = [r["ms"] for r in runs]
+            cpu_ms = statistics.median(r["cpu_ms"] for r in runs)
+            cells += [f"{statistics.median(ms):.1f}", f"{cpu_ms:.1f}", f"{statistics.median(r['peak_mb'] for r in runs):.0f}"]
+            print(f"{model} {runtime}: ms per round {min(ms):.1f}..{max(ms):.1f}", file=sys.stderr)
         batch = f"{BATCH[model]}x{SEQ_LEN}" if model in ("gpt2", "bert") else str(BATCH[model])
         print(f"| {model} | {batch} | " + " | ".join(cells) + " |", flush=True)
+
+
+def run_child(runtime: str, model: str, args: argparse.Namespace) -> dict | None:
+    command = [sys.executable, __file__, "--child", runtime, model, "--threads", str(args.threads),
+               "--warmup", str(args.warmup), "--repeat", str(args.repeat)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"{runtime} {model}: {done.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        return None
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 if __name__ == "__main__":

@@ -112,6 +112,26 @@ void merge_axes(const Shape& shape, const std::vector<bool>& summed, Shape& size
   }
 }
 
+// y[j] = sum over r of x[r * cols + j]: the gradient of a bias broadcast over leading axes.
+// Rows are added in order, as in the general loop below, but into a block of column sums at
+// a time, so that the inner loop runs over contiguous memory.
+template <typename T>
+void sum_rows(const T* x, T* y, int64_t rows, int64_t cols) {
+  using C = compute_type_t<T>;
+  constexpr int64_t kBlock = 256;
+  parallel_for(cols, kBlock, [&](int64_t begin, int64_t end) {
+    for (int64_t first = begin; first < end; first += kBlock) {
+      const int64_t n = std::min(kBlock, end - first);
+      C sums[kBlock] = {};
+      for (int64_t r = 0; r < rows; ++r) {
+        const T* row = x + r * cols + first;
+        for (int64_t j = 0; j < n; ++j) sums[j] += C(row[j]);
+      }
+      for (int64_t j = 0; j < n; ++j) y[first + j] = static_cast<T>(sums[j]);
+    }
+  });
+}
+
 template <typename T>
 void reduce_to_shape(const Tensor& in, Tensor& out, const Shape& aligned) {
   using C = compute_type_t<T>;
@@ -138,6 +158,10 @@ void reduce_to_shape(const Tensor& in, Tensor& out, const Shape& aligned) {
   }
   if (rank == 0 || outputs == total) {
     for (int64_t i = 0; i < total; ++i) y[i] = x[i];
+    return;
+  }
+  if (rank == 2 && kinds[0] && !kinds[1]) {
+    sum_rows(x, y, sizes[0], sizes[1]);
     return;
   }
   // Each output element sums its preimage: kept axes fixed, summed axes walked.
@@ -662,8 +686,10 @@ class ConvGradKernel final : public OpKernel {
     onednn::append_key(key, w);
     const PreparedConvGrad& p = cache_.get(key, [&] { return prepare_conv_grad(s); });
     if (!p.ok) return false;
+    // dY in the data pass's layout; the weights pass reuses it when it wants the same one.
+    Tensor dy_scratch;
     if (dx) {
-      Tensor dy_scratch, w_scratch, dx_scratch;
+      Tensor w_scratch, dx_scratch;
       const auto diff_dst = in_layout(ctx, p.dst, p.data_diff_dst, dy.raw_data(), dy_scratch);
       const auto weights = in_layout(ctx, p.wei, p.data_wei, w.raw_data(), w_scratch);
       const bool direct = p.data_diff_src == p.src;
@@ -676,8 +702,11 @@ class ConvGradKernel final : public OpKernel {
       if (!direct) onednn::reorder(p.data_diff_src, out, p.src, dx->raw_data());
     }
     if (dw || db) {
-      Tensor dy_scratch, x_scratch, dw_scratch, db_scratch;
-      const auto diff_dst = in_layout(ctx, p.dst, p.weights_diff_dst, dy.raw_data(), dy_scratch);
+      Tensor dy_weights_scratch, x_scratch, dw_scratch, db_scratch;
+      const bool reuse = dx && p.weights_diff_dst == p.data_diff_dst;
+      const void* dy_data = reuse && dy_scratch.defined() ? dy_scratch.raw_data() : dy.raw_data();
+      const auto diff_dst = reuse ? onednn::wrap(p.weights_diff_dst, dy_data)
+                                  : in_layout(ctx, p.dst, p.weights_diff_dst, dy.raw_data(), dy_weights_scratch);
       const auto src = in_layout(ctx, p.src, p.weights_src, x.raw_data(), x_scratch);
       const bool direct = dw && p.weights_diff_wei == p.wei;
       if (!direct) dw_scratch = onednn::scratch_bytes(ctx, p.weights_diff_wei.get_size());

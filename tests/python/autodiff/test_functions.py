@@ -141,6 +141,8 @@ def sce_inputs(shape, labels):
 
 CALLS = [
     Call("ReduceToShape-rows", "ReduceToShape", lambda r: {"g": f32(2, 3, 4)(r), "s": i64([4])}),
+    # a bias gradient wider than the kernel's block of 256 column sums, not a multiple of it
+    Call("ReduceToShape-wide-rows", "ReduceToShape", lambda r: {"g": f32(3, 5, 300)(r), "s": i64([1, 300])}),
     Call("ReduceToShape-middle", "ReduceToShape", lambda r: {"g": f32(2, 3, 4)(r), "s": i64([3, 1])}),
     Call("ReduceToShape-mixed", "ReduceToShape", lambda r: {"g": f32(2, 3, 4, 5)(r), "s": i64([2, 1, 4, 1])}),
     Call("ReduceToShape-scalar", "ReduceToShape", lambda r: {"g": f32(2, 3)(r), "s": i64([]).reshape(0)}),
