@@ -242,6 +242,49 @@ void pool_loop(const PoolAttributes& a, const PoolGeometry& g, const T* x, T* y,
   });
 }
 
+// MaxPool whose every window lies inside the input (no padding, no dilation, no partial
+// ceil-mode window) over at most two spatial axes: the common CNN case, and the one training
+// runs with Indices. Same results as pool_loop (the first maximum wins), without its
+// per-tap bounds arithmetic.
+bool plain_max_pool(const PoolAttributes& a, const PoolGeometry& g) {
+  if (a.kind != PoolKind::kMax || a.column_major_indices || g.in[0] != 1 || g.kernel[0] != 1) return false;
+  for (size_t j = 1; j < 3; ++j) {
+    if (g.pad_begin[j] != 0 || g.dilation[j] != 1 || (g.out[j] - 1) * g.stride[j] + g.kernel[j] > g.in[j]) return false;
+  }
+  return true;
+}
+
+template <typename T>
+void plain_max_pool_loop(const PoolGeometry& g, const T* x, T* y, int64_t* indices) {
+  const int64_t width = g.in[2], is = g.in_size(), os = g.out_size();
+  const int64_t kh = g.kernel[1], kw = g.kernel[2], sh = g.stride[1], sw = g.stride[2];
+  parallel_for(g.n * g.c, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const T* xp = x + plane * is;
+      T* yp = y + plane * os;
+      int64_t* ip = indices ? indices + plane * os : nullptr;
+      for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+        for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+          const int64_t origin = oh * sh * width + ow * sw;
+          int64_t best_at = origin;
+          T best = xp[origin];
+          for (int64_t i = 0; i < kh; ++i) {
+            const int64_t row = origin + i * width;
+            for (int64_t k = 0; k < kw; ++k) {
+              if (xp[row + k] > best) {
+                best = xp[row + k];
+                best_at = row + k;
+              }
+            }
+          }
+          yp[oh * g.out[2] + ow] = best;
+          if (ip) ip[oh * g.out[2] + ow] = plane * is + best_at;
+        }
+      }
+    }
+  });
+}
+
 // ---- oneDNN ----
 
 // oneDNN derives the output size from the pads, floor((in + pads - extent) / stride) + 1:
@@ -311,7 +354,11 @@ class PoolKernel final : public OpKernel {
       return;
     }
     auto run = [&]<typename T>() {
-      pool_loop<T>(attrs_, g, x.data<T>(), y.data<T>(), indices ? indices->data<int64_t>() : nullptr);
+      int64_t* index_data = indices ? indices->data<int64_t>() : nullptr;
+      if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        if (plain_max_pool(attrs_, g)) return plain_max_pool_loop<T>(g, x.data<T>(), y.data<T>(), index_data);
+      }
+      pool_loop<T>(attrs_, g, x.data<T>(), y.data<T>(), index_data);
     };
     if (attrs_.kind == PoolKind::kMax) {
       dispatch<float, double, Float16, BFloat16, int8_t, uint8_t>(x.dtype(), ctx.node().op_type, run);
