@@ -7,62 +7,6 @@
 
 namespace onnxtrain::autodiff {
 
-ir::Attribute attr(std::string name, int64_t value) {
-  ir::Attribute a;
-  a.name = std::move(name);
-  a.type = ir::AttributeType::kInt;
-  a.i = value;
-  return a;
-}
-
-ir::Attribute attr(std::string name, int value) {
-  return attr(std::move(name), static_cast<int64_t>(value));
-}
-
-ir::Attribute attr(std::string name, float value) {
-  ir::Attribute a;
-  a.name = std::move(name);
-  a.type = ir::AttributeType::kFloat;
-  a.f = value;
-  return a;
-}
-
-ir::Attribute attr(std::string name, std::vector<int64_t> values) {
-  ir::Attribute a;
-  a.name = std::move(name);
-  a.type = ir::AttributeType::kInts;
-  a.ints = std::move(values);
-  return a;
-}
-
-ir::Attribute attr(std::string name, std::vector<float> values) {
-  ir::Attribute a;
-  a.name = std::move(name);
-  a.type = ir::AttributeType::kFloats;
-  a.floats = std::move(values);
-  return a;
-}
-
-ir::Attribute attr(std::string name, std::string value) {
-  ir::Attribute a;
-  a.name = std::move(name);
-  a.type = ir::AttributeType::kString;
-  a.s = std::move(value);
-  return a;
-}
-
-ir::Attribute attr(std::string name, const char* value) {
-  return attr(std::move(name), std::string(value));
-}
-
-ir::Attribute attr(std::string name, Tensor value) {
-  ir::Attribute a;
-  a.name = std::move(name);
-  a.type = ir::AttributeType::kTensor;
-  a.t = std::move(value);
-  return a;
-}
-
 const ir::Node& GradientContext::node() const {
   return builder_.model_.graph.nodes[node_index_];
 }

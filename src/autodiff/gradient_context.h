@@ -25,15 +25,7 @@ namespace onnxtrain::autodiff {
 
 class GradientBuilder;
 
-// Attributes for emitted nodes.
-ir::Attribute attr(std::string name, int64_t value);
-ir::Attribute attr(std::string name, int value);
-ir::Attribute attr(std::string name, float value);
-ir::Attribute attr(std::string name, std::vector<int64_t> values);
-ir::Attribute attr(std::string name, std::vector<float> values);
-ir::Attribute attr(std::string name, std::string value);
-ir::Attribute attr(std::string name, const char* value);
-ir::Attribute attr(std::string name, Tensor value);
+using ir::attr;  // attributes for emitted nodes
 
 class GradientContext {
  public:

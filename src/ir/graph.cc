@@ -92,4 +92,60 @@ std::vector<size_t> topological_order(const Graph& graph) {
   return order;
 }
 
+Attribute attr(std::string name, int64_t value) {
+  Attribute a;
+  a.name = std::move(name);
+  a.type = AttributeType::kInt;
+  a.i = value;
+  return a;
+}
+
+Attribute attr(std::string name, int value) {
+  return attr(std::move(name), static_cast<int64_t>(value));
+}
+
+Attribute attr(std::string name, float value) {
+  Attribute a;
+  a.name = std::move(name);
+  a.type = AttributeType::kFloat;
+  a.f = value;
+  return a;
+}
+
+Attribute attr(std::string name, std::vector<int64_t> values) {
+  Attribute a;
+  a.name = std::move(name);
+  a.type = AttributeType::kInts;
+  a.ints = std::move(values);
+  return a;
+}
+
+Attribute attr(std::string name, std::vector<float> values) {
+  Attribute a;
+  a.name = std::move(name);
+  a.type = AttributeType::kFloats;
+  a.floats = std::move(values);
+  return a;
+}
+
+Attribute attr(std::string name, std::string value) {
+  Attribute a;
+  a.name = std::move(name);
+  a.type = AttributeType::kString;
+  a.s = std::move(value);
+  return a;
+}
+
+Attribute attr(std::string name, const char* value) {
+  return attr(std::move(name), std::string(value));
+}
+
+Attribute attr(std::string name, Tensor value) {
+  Attribute a;
+  a.name = std::move(name);
+  a.type = AttributeType::kTensor;
+  a.t = std::move(value);
+  return a;
+}
+
 }  // namespace onnxtrain::ir

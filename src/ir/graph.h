@@ -55,6 +55,16 @@ struct Attribute {
   std::string opaque_proto;
 };
 
+// Attributes for nodes that passes, the gradient builder and the artifact builders emit.
+Attribute attr(std::string name, int64_t value);
+Attribute attr(std::string name, int value);
+Attribute attr(std::string name, float value);
+Attribute attr(std::string name, std::vector<int64_t> values);
+Attribute attr(std::string name, std::vector<float> values);
+Attribute attr(std::string name, std::string value);
+Attribute attr(std::string name, const char* value);
+Attribute attr(std::string name, Tensor value);
+
 struct Node {
   std::string name;
   std::string op_type;

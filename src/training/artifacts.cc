@@ -322,7 +322,7 @@ class ArtifactBuilder {
       // output that is not a scalar): differentiate their sum, as torch's
       // loss.backward(torch.ones_like(loss)) does.
       training::GraphEditor editor(model.graph, "loss");
-      start = editor.add("ReduceSum", {loss_name_}, {training::int_attribute("keepdims", 0)});
+      start = editor.add("ReduceSum", {loss_name_}, {ir::attr("keepdims", 0)});
     }
     GradientRequest request;
     request.wrt = trainable_;

@@ -57,31 +57,7 @@ std::string GraphEditor::add(std::string op_type, std::vector<std::string> input
 }
 
 std::string GraphEditor::constant(Tensor value) {
-  return add("Constant", {}, {tensor_attribute("value", std::move(value))});
-}
-
-ir::Attribute int_attribute(std::string name, int64_t value) {
-  ir::Attribute a;
-  a.name = std::move(name);
-  a.type = ir::AttributeType::kInt;
-  a.i = value;
-  return a;
-}
-
-ir::Attribute string_attribute(std::string name, std::string value) {
-  ir::Attribute a;
-  a.name = std::move(name);
-  a.type = ir::AttributeType::kString;
-  a.s = std::move(value);
-  return a;
-}
-
-ir::Attribute tensor_attribute(std::string name, Tensor value) {
-  ir::Attribute a;
-  a.name = std::move(name);
-  a.type = ir::AttributeType::kTensor;
-  a.t = std::move(value);
-  return a;
+  return add("Constant", {}, {ir::attr("value", std::move(value))});
 }
 
 Tensor float_scalar(DType dtype, double value) {

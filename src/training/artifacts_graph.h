@@ -42,9 +42,6 @@ class GraphEditor {
   std::unordered_set<std::string> names_;
 };
 
-ir::Attribute int_attribute(std::string name, int64_t value);
-ir::Attribute string_attribute(std::string name, std::string value);
-ir::Attribute tensor_attribute(std::string name, Tensor value);
 
 // A scalar, or a 1-D tensor of `values`, of the floating-point type `dtype`.
 Tensor float_scalar(DType dtype, double value);

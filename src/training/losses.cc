@@ -23,9 +23,9 @@ std::string reduce(GraphEditor& editor, const std::string& elements, Reduction r
   // Without axes, both reduce over every axis.
   switch (reduction) {
     case Reduction::kMean:
-      return editor.add("ReduceMean", {elements}, {int_attribute("keepdims", 0)}, kLossOutput);
+      return editor.add("ReduceMean", {elements}, {ir::attr("keepdims", 0)}, kLossOutput);
     case Reduction::kSum:
-      return editor.add("ReduceSum", {elements}, {int_attribute("keepdims", 0)}, kLossOutput);
+      return editor.add("ReduceSum", {elements}, {ir::attr("keepdims", 0)}, kLossOutput);
     case Reduction::kNone:
       break;
   }
@@ -102,8 +102,8 @@ LossGraph cross_entropy_loss(GraphEditor& editor, const LossOptions& options, co
     }
     inputs.push_back(editor.constant(float_vector(type.dtype, options.weight)));
   }
-  std::vector<ir::Attribute> attributes{string_attribute("reduction", std::string(reduction_name(options.reduction)))};
-  if (options.ignore_index) attributes.push_back(int_attribute("ignore_index", *options.ignore_index));
+  std::vector<ir::Attribute> attributes{ir::attr("reduction", std::string(reduction_name(options.reduction)))};
+  if (options.ignore_index) attributes.push_back(ir::attr("ignore_index", int64_t{*options.ignore_index}));
   const std::string loss = editor.add("SoftmaxCrossEntropyLoss", std::move(inputs), std::move(attributes), kLossOutput);
   return {loss, {label}};
 }

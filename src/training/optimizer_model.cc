@@ -17,7 +17,7 @@ namespace {
 constexpr int64_t kOptimizerOpset = 17;
 
 ir::Attribute hyperparameter(std::string name, double value) {
-  return tensor_attribute(std::move(name), Tensor::scalar<double>(value));
+  return ir::attr(std::move(name), Tensor::scalar<double>(value));
 }
 
 void check_options(const OptimizerOptions& o) {
@@ -79,14 +79,14 @@ ir::Model build_optimizer_model(std::span<const ir::ValueInfo> parameters, const
     op_type = "AdamWStep";
     attributes = {hyperparameter("beta1", options.beta1), hyperparameter("beta2", options.beta2),
                   hyperparameter("epsilon", options.epsilon), hyperparameter("weight_decay", options.weight_decay),
-                  int_attribute("bias_correction", options.bias_correction ? 1 : 0)};
+                  ir::attr("bias_correction", options.bias_correction ? 1 : 0)};
   } else if (moments.empty()) {
     op_type = "SGDStep";
     attributes = {hyperparameter("weight_decay", options.sgd_weight_decay)};
   } else {
     op_type = "SGDMomentumStep";
     attributes = {hyperparameter("momentum", options.momentum), hyperparameter("dampening", options.dampening),
-                  int_attribute("nesterov", options.nesterov ? 1 : 0),
+                  ir::attr("nesterov", options.nesterov ? 1 : 0),
                   hyperparameter("weight_decay", options.sgd_weight_decay)};
   }
 
