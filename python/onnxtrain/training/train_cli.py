@@ -56,7 +56,9 @@ def _progress(total: int, description: str) -> Any:
         from tqdm import tqdm
     except ImportError:  # still train, just without the bar
         return None
-    return tqdm(total=total, desc=description, unit="batch", leave=False, dynamic_ncols=True, file=sys.stderr)
+    # disable=None: no bar when stderr is not a terminal (CI logs keep the epoch lines only).
+    return tqdm(total=total, desc=description, unit="batch", leave=False, dynamic_ncols=True, file=sys.stderr,
+                disable=None)
 
 
 def _accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
