@@ -28,7 +28,7 @@
 //            = lazy_reset_grad ? grad : buffer + grad  (org.onnxtrain::AccumulateGradient,
 //            which onnxtrain runs in place on the buffer)
 // optimizer_model.onnx
-//   inputs:  "learning_rate" (float scalar), "step" (int64 scalar: the number of this
+//   inputs:  "learning_rate" (float scalar; double when every parameter is), "step" (int64 scalar: the number of this
 //            update, 1 for the first), then per trainable parameter p: "<p>",
 //            "<p>_grad", and one input "<p>.<moment>" per optimizer moment
 //            (AdamW: exp_avg, exp_avg_sq; SGD with momentum: momentum_buffer)

@@ -4,6 +4,7 @@
 
 #include <onnxtrain/error.h>
 
+#include <algorithm>
 #include <cmath>
 #include <unordered_set>
 
@@ -69,7 +70,11 @@ ir::Model build_optimizer_model(std::span<const ir::ValueInfo> parameters, const
   model.producer_name = "onnxtrain";
   model.graph.name = "optimizer";
   ir::Graph& graph = model.graph;
-  graph.inputs = {scalar_input(std::string(training::kLearningRate), DType::kFloat32),
+  // The learning rate comes in double precision when every parameter is double, so that
+  // float64 training rounds it no coarser than torch does; float32 otherwise.
+  const bool all_double = std::all_of(parameters.begin(), parameters.end(),
+                                      [](const ir::ValueInfo& p) { return p.dtype == DType::kFloat64; });
+  graph.inputs = {scalar_input(std::string(training::kLearningRate), all_double ? DType::kFloat64 : DType::kFloat32),
                   scalar_input(std::string(training::kStep), DType::kInt64)};
 
   const std::vector<std::string> moments = optimizer_moments(options);

@@ -307,9 +307,12 @@ def optimizer_steps(session, params, grads, lr, moments):
     params = dict(params)
     state = {f"{p}.{m}": np.zeros_like(v) for p, v in params.items() for m in moments}
     names = [o.name for o in session.get_outputs()]
+    # The learning rate is double when every parameter is, float otherwise.
+    lr_dtype = np.float64 if all(v.dtype == np.float64 for v in params.values()) else np.float32
+    assert session.get_inputs()[0].type == ("tensor(double)" if lr_dtype == np.float64 else "tensor(float)")
     results = []
     for step, step_grads in enumerate(grads, start=1):
-        feeds = {"learning_rate": np.array(lr, np.float32), "step": np.array(step, np.int64), **params, **state}
+        feeds = {"learning_rate": np.array(lr, lr_dtype), "step": np.array(step, np.int64), **params, **state}
         feeds.update({f"{p}_grad": g for p, g in step_grads.items()})
         outputs = dict(zip(names, session.run(None, feeds)))
         params = {p: outputs[f"{p}.out"] for p in params}
