@@ -11,6 +11,7 @@
 
 #include "core/dispatch.h"
 #include "ops/cpu/onednn.h"
+#include "ops/cpu/window.h"
 #include "ops/kernel_registry.h"
 
 namespace onnxtrain {
@@ -18,16 +19,7 @@ namespace {
 
 using onednn::memory;
 
-enum class AutoPad { kNotSet, kSameUpper, kSameLower, kValid };
-
-AutoPad parse_auto_pad(const KernelInfo& info) {
-  const std::string s = info.string_attribute("auto_pad", "NOTSET");
-  if (s == "NOTSET" || s.empty()) return AutoPad::kNotSet;
-  if (s == "SAME_UPPER") return AutoPad::kSameUpper;
-  if (s == "SAME_LOWER") return AutoPad::kSameLower;
-  if (s == "VALID") return AutoPad::kValid;
-  info.fail("auto_pad is '" + s + "', expected NOTSET, SAME_UPPER, SAME_LOWER or VALID");
-}
+using window::AutoPad;
 
 int64_t floor_div(int64_t a, int64_t b) {
   return a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
@@ -44,7 +36,7 @@ struct ConvAttributes {
   std::vector<int64_t> output_padding, output_shape;  // ConvTranspose only
 
   ConvAttributes(const KernelInfo& info, bool transpose) {
-    auto_pad = parse_auto_pad(info);
+    auto_pad = window::parse_auto_pad(info);
     group = info.int_attribute("group", 1);
     if (group < 1) info.fail("group is " + std::to_string(group) + ", expected 1 or more");
     kernel_shape = info.ints_attribute("kernel_shape", std::vector<int64_t>{});
@@ -55,12 +47,7 @@ struct ConvAttributes {
       output_padding = info.ints_attribute("output_padding", std::vector<int64_t>{});
       output_shape = info.ints_attribute("output_shape", std::vector<int64_t>{});
     }
-    for (int64_t d : dilations)
-      if (d < 1) info.fail("dilations " + list_string(dilations) + " must all be 1 or more");
-    for (int64_t s : strides)
-      if (s < 1) info.fail("strides " + list_string(strides) + " must all be 1 or more");
-    for (int64_t p : pads)
-      if (p < 0) info.fail("pads " + list_string(pads) + " must not be negative");
+    window::check_steps_and_pads(info, strides, dilations, pads);
   }
 };
 

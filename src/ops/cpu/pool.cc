@@ -11,6 +11,7 @@
 
 #include "core/dispatch.h"
 #include "ops/cpu/onednn.h"
+#include "ops/cpu/window.h"
 #include "ops/kernel_registry.h"
 
 namespace onnxtrain {
@@ -19,16 +20,7 @@ namespace {
 using onednn::memory;
 
 enum class PoolKind { kMax, kAverage, kLp };
-enum class AutoPad { kNotSet, kSameUpper, kSameLower, kValid };
-
-AutoPad parse_auto_pad(const KernelInfo& info) {
-  const std::string s = info.string_attribute("auto_pad", "NOTSET");
-  if (s == "NOTSET" || s.empty()) return AutoPad::kNotSet;
-  if (s == "SAME_UPPER") return AutoPad::kSameUpper;
-  if (s == "SAME_LOWER") return AutoPad::kSameLower;
-  if (s == "VALID") return AutoPad::kValid;
-  info.fail("auto_pad is '" + s + "', expected NOTSET, SAME_UPPER, SAME_LOWER or VALID");
-}
+using window::AutoPad;
 
 struct PoolAttributes {
   PoolKind kind;
@@ -38,7 +30,7 @@ struct PoolAttributes {
   std::vector<int64_t> kernel_shape, strides, pads, dilations;
 
   PoolAttributes(const KernelInfo& info, PoolKind k) : kind(k) {
-    auto_pad = parse_auto_pad(info);
+    auto_pad = window::parse_auto_pad(info);
     ceil_mode = info.int_attribute("ceil_mode", 0) != 0;
     count_include_pad = info.int_attribute("count_include_pad", 0) != 0;
     const int64_t storage_order = info.int_attribute("storage_order", 0);
@@ -56,12 +48,7 @@ struct PoolAttributes {
     dilations = info.ints_attribute("dilations", std::vector<int64_t>{});
     for (int64_t v : kernel_shape)
       if (v < 1) info.fail("kernel_shape " + shape_string(kernel_shape) + " must be positive");
-    for (int64_t v : strides)
-      if (v < 1) info.fail("strides " + shape_string(strides) + " must be positive");
-    for (int64_t v : dilations)
-      if (v < 1) info.fail("dilations " + shape_string(dilations) + " must be positive");
-    for (int64_t v : pads)
-      if (v < 0) info.fail("pads " + shape_string(pads) + " must not be negative");
+    window::check_steps_and_pads(info, strides, dilations, pads);
   }
 };
 
