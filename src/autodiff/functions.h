@@ -1,7 +1,8 @@
-// The org.onnxtrain functions: ops that gradient graphs use and standard ONNX lacks. Each
-// is defined once, as text (see function_text.h), beside the rules that emit it; the
-// builder copies the definitions it used into the model as model-local functions, so any
-// ONNX runtime can inline them, and src/ops/cpu/gradient_kernels.cc runs them fused.
+// The org.onnxtrain functions: ops that onnxtrain's graphs use and standard ONNX lacks
+// (gradient ops, fused forward ops such as Gelu before opset 20). Each is defined once, as
+// text (see function_text.h), beside the code that emits it; that code copies the
+// definitions it used into the model as model-local functions, so any ONNX runtime can
+// inline them, and the engine's kernels (src/ops/cpu) run them fused.
 //
 // Bodies use only standard ONNX ops whose schema is the same from opset 15 on (CastLike
 // appeared in 15; ReduceSum takes axes as an input, ReduceMean only from 18, so bodies use
@@ -31,6 +32,10 @@ class FunctionLibrary {
   int64_t min_opset(std::string_view name) const;
   bool contains(std::string_view name) const;
   std::vector<std::string> names() const;
+  // Adds the definition of org.onnxtrain::`name` to `model` unless it is there, with the
+  // model's default-domain opset, and imports the domain (IR version 8 at least). Throws an
+  // Error when the model's opset is older than the body needs.
+  void add_to(ir::Model& model, std::string_view name) const;
 
  private:
   struct Entry {

@@ -5,13 +5,13 @@
 #include <algorithm>
 
 #include "autodiff/functions.h"
+#include "passes/fuse_gelu.h"
 #include "passes/inline_functions.h"
 
 namespace onnxtrain::autodiff {
 namespace {
 
 constexpr int64_t kMinOpset = 13;
-constexpr int64_t kFunctionIrVersion = 8;  // model-local functions need IR version 8
 
 bool is_default_domain(std::string_view domain) {
   return ir::canonical_domain(domain).empty();
@@ -55,6 +55,12 @@ ir::Model GradientBuilder::build() {
                     " (convert it with onnx.version_converter first)",
                 ErrorKind::kNotImplemented);
   }
+  // GELU spelled out gets one GeluGrad instead of a dozen nodes (unless the request names
+  // one of its intermediate values).
+  std::vector<std::string> named = request_.wrt;
+  named.push_back(request_.loss);
+  named.insert(named.end(), request_.outputs.begin(), request_.outputs.end());
+  passes::fuse_gelu(model_, named);
   // Calls of model-local functions that have no rule are differentiated through their
   // bodies.
   passes::inline_functions(model_, [](const ir::Node& node, int64_t) {
@@ -458,16 +464,7 @@ void GradientBuilder::finish() {
   for (ir::Node& n : backward_nodes_) nodes.push_back(std::move(n));
   model_.graph.nodes = std::move(nodes);
 
-  if (!used_functions_.empty()) {
-    if (!model_.opset(kGradientDomain)) model_.opset_imports.push_back({std::string(kGradientDomain), 1});
-    model_.ir_version = std::max(model_.ir_version, kFunctionIrVersion);
-    for (const std::string& name : used_functions_) {
-      if (model_.function(kGradientDomain, name)) continue;
-      ir::Function function = FunctionLibrary::global().get(name);
-      function.opset_imports = {{"", opset_}};
-      model_.functions.push_back(std::move(function));
-    }
-  }
+  for (const std::string& name : used_functions_) FunctionLibrary::global().add_to(model_, name);
 }
 
 }  // namespace onnxtrain::autodiff

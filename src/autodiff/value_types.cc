@@ -15,8 +15,8 @@ const std::set<std::string_view> kSameAsInput = {
     "Log", "LogSoftmax", "LpNormalization", "Mish", "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu", "Shrink",
     "Sigmoid", "Sign", "Sin", "Sinh", "Softmax", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu",
     "Trilu",
-    // org.onnxtrain gradient ops: the gradient has its value's shape.
-    "ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "SoftmaxGrad", "LogSoftmaxGrad"};
+    // org.onnxtrain ops: fused GELU; gradients have their value's shape.
+    "GeluTanh", "ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "GeluTanhGrad", "SoftmaxGrad", "LogSoftmaxGrad"};
 
 // Ops that broadcast their inputs (numpy rules).
 const std::set<std::string_view> kBroadcasting = {

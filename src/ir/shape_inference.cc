@@ -581,6 +581,8 @@ std::map<std::string, ValueType> infer_types(const Model& model) {
     const auto& table = rules();
     if (auto rule = table.find(node.op_type); rule != table.end() && canonical_domain(node.domain).empty()) {
       rule->second(context);
+    } else if (node.domain == "org.onnxtrain" && (node.op_type == "Gelu" || node.op_type == "GeluTanh")) {
+      same_as_input(context);  // the fused GELU of passes/fuse_gelu.h
     } else {
       context.set(0, context.dtype(0));  // unknown op: guess the element type, no shape
     }

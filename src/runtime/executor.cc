@@ -8,6 +8,7 @@
 #include <set>
 
 #include "ops/kernel_registry.h"
+#include "passes/fuse_gelu.h"
 #include "passes/inline_functions.h"
 
 namespace onnxtrain::runtime {
@@ -156,6 +157,7 @@ Executor::Executor(ir::Model model, SessionOptions options) : model_(std::move(m
   passes::inline_functions(model_, [&](const ir::Node& node, int64_t opset) {
     return registry.find(node.domain, node.op_type, opset) != nullptr;
   });
+  passes::fuse_gelu(model_);
   passes::constants_to_initializers(model_);
 
   const ir::Graph& graph = model_.graph;

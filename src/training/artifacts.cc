@@ -19,6 +19,7 @@
 #include "autodiff/gradient_builder.h"
 #include "ir/onnx_io.h"
 #include "ir/shape_inference.h"
+#include "passes/fuse_gelu.h"
 #include "training/artifacts_graph.h"
 #include "training/functions.h"
 #include "training/losses.h"
@@ -90,6 +91,7 @@ void write(const Artifacts& artifacts, const fs::path& directory, const Artifact
 class ArtifactBuilder {
  public:
   ArtifactBuilder(ir::Model model, const ArtifactOptions& options) : forward_(std::move(model)), options_(options) {
+    passes::fuse_gelu(forward_);  // both models run the fused op; the training model has one GeluGrad
     for (const auto& [name, tensor] : forward_.graph.initializers) initializers_.emplace(name, &tensor);
   }
 

@@ -8,8 +8,6 @@
 namespace onnxtrain::training {
 namespace {
 
-constexpr int64_t kFunctionIrVersion = 8;  // model-local functions need IR version 8
-
 const char* const kAccumulateGradient = R"(
 AccumulateGradient (grad, buffer, reset) => (out) {
   sum = Add (buffer, grad)
@@ -122,22 +120,6 @@ const autodiff::FunctionLibrary& training_functions() {
   return library;
 }
 
-void use_training_function(ir::Model& model, std::string_view name) {
-  const autodiff::FunctionLibrary& library = training_functions();
-  const int64_t opset = model.opset("").value_or(0);
-  if (library.min_opset(name) > opset) {
-    throw Error("org.onnxtrain::" + std::string(name) + " needs the default ONNX opset " +
-                    std::to_string(library.min_opset(name)) + " or later; the model imports opset " +
-                    std::to_string(opset),
-                ErrorKind::kInvalidModel);
-  }
-  const std::string domain(autodiff::kGradientDomain);
-  if (!model.opset(domain)) model.opset_imports.push_back({domain, 1});
-  model.ir_version = std::max(model.ir_version, kFunctionIrVersion);
-  if (model.function(domain, name)) return;
-  ir::Function function = library.get(name);
-  function.opset_imports = {{"", opset}};
-  model.functions.push_back(std::move(function));
-}
+void use_training_function(ir::Model& model, std::string_view name) { training_functions().add_to(model, name); }
 
 }  // namespace onnxtrain::training

@@ -128,6 +128,15 @@ void gelu(GradientContext& g) {
   g.set_input_grad(0, g.call(name, {g.grad_of_output(0), g.input(0)}));
 }
 
+// org.onnxtrain::Gelu and GeluTanh: the fused forms of GELU before opset 20 (passes/fuse_gelu.h).
+void fused_gelu(GradientContext& g) {
+  g.set_input_grad(0, g.call("GeluGrad", {g.grad_of_output(0), g.input(0)}));
+}
+
+void fused_gelu_tanh(GradientContext& g) {
+  g.set_input_grad(0, g.call("GeluTanhGrad", {g.grad_of_output(0), g.input(0)}));
+}
+
 void leaky_relu(GradientContext& g) {
   const std::string dy = g.grad_of_output(0);
   const std::string x = g.input(0);
@@ -231,6 +240,8 @@ const RuleRegistration kActivationRules{
     {"LogSoftmax", log_softmax},
     {"Dropout", dropout},
 };
+
+const RuleRegistration kFusedActivationRules{{{"Gelu", fused_gelu}, {"GeluTanh", fused_gelu_tanh}}, kGradientDomain};
 
 }  // namespace
 }  // namespace onnxtrain::autodiff

@@ -11,20 +11,33 @@ namespace onnxtrain::autodiff {
 namespace {
 
 // d loss / d scores = (softmax(scores) - onehot(label)) * g, from the forward pass's
-// log-probabilities. Labels out of range (an ignore_index such as -100) give a zero
-// one-hot row; their g is zero anyway.
+// log-probabilities. g is dY broadcast to the labels' shape (dY is per element, or one
+// value for all of them), divided by the number of labels when `mean` is 1. Labels out of
+// range (an ignore_index such as -100) give a zero one-hot row; their g is zero anyway.
+// (OneHot reads int64 labels: onnxruntime has no OneHot for int32 indices and float values.)
 const FunctionRegistration kSoftmaxCrossEntropyLossGrad{R"(
-SoftmaxCrossEntropyLossGrad (dY, log_prob, label) => (d_scores) {
+SoftmaxCrossEntropyLossGrad <mean> (dY, log_prob, label) => (d_scores) {
   one = Constant <value_int = 1> ()
   axis_1d = Constant <value = int64[1] {1}> ()
   off_on_f = Constant <value = float[2] {0, 1}> ()
+  one_f = Constant <value_float = 1.0> ()
+  mean_i = Constant <value_int: int = @mean> ()
   probability = Exp (log_prob)
   shape = Shape (log_prob)
   depth = Gather (shape, one)
   off_on = CastLike (off_on_f, log_prob)
-  onehot = OneHot <axis = 1> (label, depth, off_on)
+  label_64 = Cast <to = 7> (label)
+  onehot = OneHot <axis = 1> (label_64, depth, off_on)
   difference = Sub (probability, onehot)
-  per_element = Unsqueeze (dY, axis_1d)
+  label_shape = Shape (label)
+  dY_full = Expand (dY, label_shape)
+  count = ReduceProd <keepdims = 0> (label_shape)
+  count_t = CastLike (count, log_prob)
+  one_t = CastLike (one_f, log_prob)
+  is_mean = Cast <to = 9> (mean_i)
+  divisor = Where (is_mean, count_t, one_t)
+  per_label = Div (dY_full, divisor)
+  per_element = Unsqueeze (per_label, axis_1d)
   d_scores = Mul (difference, per_element)
 }
 )"};
@@ -63,8 +76,16 @@ void softmax_cross_entropy_loss(GradientContext& g) {
   const std::string log_prob = g.require_output(1, "log_prob");
   const std::string dloss = g.grad_of_output(0);
   if (!dloss.empty()) {
-    g.set_input_grad(0,
-                     g.call("SoftmaxCrossEntropyLossGrad", {per_element_grad(g, dloss, scores), log_prob, g.input(1)}));
+    // Without class weights or ignore_index, a reduced loss's gradient is the same for
+    // every label: the fused op takes it as is (and the mean's count) instead of a tensor.
+    const std::string reduction = g.attr_string("reduction", "mean");
+    if (!g.has_input(2) && !g.has_attribute("ignore_index") && (reduction == "mean" || reduction == "sum")) {
+      g.set_input_grad(0, g.call("SoftmaxCrossEntropyLossGrad", {dloss, log_prob, g.input(1)},
+                                 {attr("mean", int64_t{reduction == "mean"})}));
+    } else {
+      g.set_input_grad(0, g.call("SoftmaxCrossEntropyLossGrad", {per_element_grad(g, dloss, scores), log_prob, g.input(1)},
+                                 {attr("mean", int64_t{0})}));
+    }
   }
   // The log-probabilities may be used on their own: LogSoftmax's gradient along axis 1.
   const std::string dlog_prob = g.grad_of_output(1);

@@ -128,25 +128,34 @@ const KernelRegistration kMish{"", "Mish", 18, kLatestOpset, [](const KernelInfo
                                  return float_activation([](auto x) { return x * vector_math::tanh(softplus(x)); });
                                }};
 
-const KernelRegistration kGelu{
-    "", "Gelu", 20, kLatestOpset, [](const KernelInfo& info) -> std::unique_ptr<OpKernel> {
-      const std::string approximate = info.string_attribute("approximate", "none");
-      if (approximate == "none") {
-        return float_activation([](auto x) {
-          using F = decltype(x);
-          // 1 + erf(x / sqrt 2) as erfc(-x / sqrt 2): no cancellation for negative x.
-          return F(0.5) * x * vector_math::erfc(x * F(-0.70710678118654752440));
-        });
-      }
-      if (approximate == "tanh") {
-        return float_activation([](auto x) {
-          using F = decltype(x);
-          const F inner = F(0.79788456080286535588) * (x + F(0.044715) * x * x * x);  // sqrt(2/pi) (x + c x^3)
-          return F(0.5) * x * (F(1) + vector_math::tanh(inner));
-        });
-      }
-      info.fail("attribute 'approximate' is '" + approximate + "', expected 'none' or 'tanh'");
-    }};
+std::unique_ptr<OpKernel> gelu(bool tanh) {
+  if (tanh) {
+    return float_activation([](auto x) {
+      using F = decltype(x);
+      const F inner = F(0.79788456080286535588) * (x + F(0.044715) * x * x * x);  // sqrt(2/pi) (x + c x^3)
+      return F(0.5) * x * (F(1) + vector_math::tanh(inner));
+    });
+  }
+  return float_activation([](auto x) {
+    using F = decltype(x);
+    // 1 + erf(x / sqrt 2) as erfc(-x / sqrt 2): no cancellation for negative x.
+    return F(0.5) * x * vector_math::erfc(x * F(-0.70710678118654752440));
+  });
+}
+
+const KernelRegistration kGelu{"", "Gelu", 20, kLatestOpset, [](const KernelInfo& info) {
+                                 const std::string approximate = info.string_attribute("approximate", "none");
+                                 if (approximate != "none" && approximate != "tanh") {
+                                   info.fail("attribute 'approximate' is '" + approximate + "', expected 'none' or 'tanh'");
+                                 }
+                                 return gelu(approximate == "tanh");
+                               }};
+
+// The fused GELU of models before opset 20 (src/passes/fuse_gelu.h).
+const KernelRegistration kFusedGelu{"org.onnxtrain", "Gelu", 1, kLatestOpset,
+                                    [](const KernelInfo&) { return gelu(false); }};
+const KernelRegistration kFusedGeluTanh{"org.onnxtrain", "GeluTanh", 1, kLatestOpset,
+                                        [](const KernelInfo&) { return gelu(true); }};
 
 // y = x for x >= 0, slope * x otherwise; the slope broadcasts to x's shape (one direction only).
 const KernelRegistration kPRelu{"", "PRelu", 7, kLatestOpset, [](const KernelInfo&) {

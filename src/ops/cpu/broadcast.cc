@@ -4,26 +4,40 @@
 
 namespace onnxtrain {
 
-Shape broadcast_shapes(std::span<const Shape> shapes) {
+Shape broadcast_shapes(std::span<const Shape* const> shapes) {
   size_t rank = 0;
-  for (const Shape& s : shapes) rank = std::max(rank, s.size());
+  for (const Shape* s : shapes) rank = std::max(rank, s->size());
   Shape out(rank, 1);
-  for (const Shape& s : shapes) {
-    const size_t pad = rank - s.size();
-    for (size_t i = 0; i < s.size(); ++i) {
+  for (const Shape* s : shapes) {
+    const size_t pad = rank - s->size();
+    for (size_t i = 0; i < s->size(); ++i) {
       int64_t& o = out[pad + i];
-      if (s[i] == o || s[i] == 1) continue;
+      const int64_t d = (*s)[i];
+      if (d == o || d == 1) continue;
       if (o != 1) {
         std::string list;
-        for (const Shape& t : shapes) list += (list.empty() ? "" : " and ") + shape_string(t);
+        for (const Shape* t : shapes) list += (list.empty() ? "" : " and ") + shape_string(*t);
         throw Error("shapes " + list + " do not broadcast (axis " + std::to_string(pad + i) + ": " +
-                        std::to_string(o) + " vs " + std::to_string(s[i]) + ")",
+                        std::to_string(o) + " vs " + std::to_string(d) + ")",
                     ErrorKind::kInvalidArgument);
       }
-      o = s[i];
+      o = d;
     }
   }
   return out;
+}
+
+Shape broadcast_shapes(std::span<const Shape> shapes) {
+  std::vector<const Shape*> pointers;
+  pointers.reserve(shapes.size());
+  for (const Shape& s : shapes) pointers.push_back(&s);
+  return broadcast_shapes(std::span<const Shape* const>(pointers));
+}
+
+Shape broadcast_shapes(const Shape& a, const Shape& b) {
+  if (a == b) return a;
+  const std::array<const Shape*, 2> pair{&a, &b};
+  return broadcast_shapes(std::span<const Shape* const>(pair));
 }
 
 std::vector<int64_t> broadcast_strides(const Shape& shape, const Shape& out) {

@@ -13,7 +13,8 @@ namespace onnxtrain {
 
 // The broadcast shape of several shapes; throws an Error naming both dimensions otherwise.
 Shape broadcast_shapes(std::span<const Shape> shapes);
-inline Shape broadcast_shapes(const Shape& a, const Shape& b) { return broadcast_shapes(std::vector{a, b}); }
+Shape broadcast_shapes(std::span<const Shape* const> shapes);
+Shape broadcast_shapes(const Shape& a, const Shape& b);
 
 // Element strides for reading `shape` as if broadcast to `out` (0 along broadcast axes).
 std::vector<int64_t> broadcast_strides(const Shape& shape, const Shape& out);

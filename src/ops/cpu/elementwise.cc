@@ -396,7 +396,8 @@ void where_select(KernelContext& ctx) {
   const Tensor& condition = ctx.input(0);
   const Tensor& x = ctx.input(1);
   const Tensor& y = ctx.input(2);
-  const Shape shape = broadcast_shapes(std::vector{condition.shape(), x.shape(), y.shape()});
+  const std::array<const Shape*, 3> shapes{&condition.shape(), &x.shape(), &y.shape()};
+  const Shape shape = broadcast_shapes(std::span<const Shape* const>(shapes));
   Tensor& out = x.shape() == shape   ? ctx.allocate_output_in_place(0, 1, x.dtype(), shape)
                 : y.shape() == shape ? ctx.allocate_output_in_place(0, 2, x.dtype(), shape)
                                      : ctx.allocate_output(0, x.dtype(), shape);

@@ -10,7 +10,9 @@
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "ops/cpu/elementwise.h"
 #include "ops/cpu/onednn.h"
+#include "ops/cpu/vector_math.h"
 #include "ops/kernel_registry.h"
 
 namespace onnxtrain {
@@ -50,19 +52,8 @@ template <typename F>
 KernelFactory elementwise_grad(const char* name, F f) {
   return [name, f](const KernelInfo&) {
     return make_kernel([name, f](KernelContext& ctx) {
-      const Tensor& dy = ctx.input(0);
-      const Tensor& v = ctx.input(1);
-      check_same_shape(ctx, dy, v, name);
-      dispatch<GRAD_FLOAT_TYPES>(dy.dtype(), name, [&]<typename T>() {
-        using C = compute_type_t<T>;
-        Tensor& dx = ctx.allocate_output_in_place(0, 0, dy.dtype(), dy.shape());
-        const T* g = dy.data<T>();
-        const T* y = v.data<T>();
-        T* out = dx.data<T>();
-        parallel_for(dy.numel(), 16384, [&](int64_t begin, int64_t end) {
-          for (int64_t i = begin; i < end; ++i) out[i] = static_cast<T>(f(C(g[i]), C(y[i])));
-        });
-      });
+      check_same_shape(ctx, ctx.input(0), ctx.input(1), name);
+      dispatch<GRAD_FLOAT_TYPES>(ctx.input(0).dtype(), name, [&]<typename T>() { elementwise::binary<T, T, T>(ctx, f); });
     });
   };
 }
@@ -79,11 +70,12 @@ const KernelRegistration kTanhGrad{
     kDomain, "TanhGrad", 1, kLatestOpset,
     elementwise_grad("TanhGrad", [](auto dy, auto y) { return dy * (decltype(y)(1) - y * y); })};
 
+// Phi(x) + x phi(x), Phi and phi the standard normal CDF and density.
 const KernelRegistration kGeluGrad{kDomain, "GeluGrad", 1, kLatestOpset,
                                    elementwise_grad("GeluGrad", [](auto dy, auto x) {
                                      using C = decltype(x);
-                                     const C cdf = C(0.5) * (C(1) + std::erf(x * C(0.70710678118654752)));
-                                     const C density = std::exp(C(-0.5) * x * x) * C(0.39894228040143268);
+                                     const C cdf = C(0.5) * vector_math::erfc(x * C(-0.70710678118654752));
+                                     const C density = vector_math::exp(C(-0.5) * x * x) * C(0.39894228040143268);
                                      return dy * (cdf + x * density);
                                    })};
 
@@ -91,7 +83,7 @@ const KernelRegistration kGeluTanhGrad{kDomain, "GeluTanhGrad", 1, kLatestOpset,
                                        elementwise_grad("GeluTanhGrad", [](auto dy, auto x) {
                                          using C = decltype(x);
                                          const C k = C(0.79788456080286536);
-                                         const C t = std::tanh(k * (x + C(0.044715) * x * x * x));
+                                         const C t = vector_math::tanh(k * (x + C(0.044715) * x * x * x));
                                          const C du = k * (C(1) + C(0.134145) * x * x);
                                          return dy * (C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * du);
                                        })};
@@ -872,39 +864,58 @@ const KernelRegistration kBatchNormalizationGrad{
     }};
 
 // ---- SoftmaxCrossEntropyLossGrad: (softmax - onehot(label)) * g, classes on axis 1 ----
+// g is dY (per label, or one value for all) divided by the number of labels when `mean`.
+
+template <typename T, typename L>
+void softmax_cross_entropy_grad(const Tensor& dy, const Tensor& log_prob, const Tensor& label, bool mean, Tensor& out) {
+  using C = compute_type_t<T>;
+  const int64_t n = log_prob.dim(0), classes = log_prob.dim(1);
+  const int64_t inner = n && classes ? log_prob.numel() / (n * classes) : 0;
+  const T* lp = log_prob.data<T>();
+  const T* g = dy.data<T>();
+  const L* labels = label.data<L>();
+  const bool per_label = dy.numel() != 1;
+  const C scale = mean && label.numel() > 0 ? C(1) / static_cast<C>(label.numel()) : C(1);
+  T* o = out.data<T>();
+  parallel_for(n, std::max<int64_t>(1, 8192 / std::max<int64_t>(classes * inner, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t at = b * inner + i;
+        int64_t target = static_cast<int64_t>(labels[at]);
+        if (target < 0) target += classes;  // OneHot counts negative labels from the end
+        const C weight = C(g[per_label ? at : 0]) * scale;
+        const T* row = lp + b * classes * inner + i;
+        T* row_out = o + b * classes * inner + i;
+        for (int64_t k = 0; k < classes; ++k) {
+          const C p = vector_math::exp(C(row[k * inner]));
+          row_out[k * inner] = static_cast<T>((k == target ? p - C(1) : p) * weight);
+        }
+      }
+    }
+  });
+}
 
 const KernelRegistration kSoftmaxCrossEntropyLossGrad{
-    kDomain, "SoftmaxCrossEntropyLossGrad", 1, kLatestOpset, [](const KernelInfo&) {
-      return make_kernel([](KernelContext& ctx) {
+    kDomain, "SoftmaxCrossEntropyLossGrad", 1, kLatestOpset, [](const KernelInfo& info) {
+      const bool mean = info.int_attribute("mean", 0) != 0;
+      return make_kernel([mean](KernelContext& ctx) {
         const Tensor& dy = ctx.input(0);
         const Tensor& log_prob = ctx.input(1);
-        const std::vector<int64_t> labels = ctx.input(2).to_int64_vector();
+        const Tensor& label = ctx.input(2);
         if (log_prob.rank() < 2) ctx.fail("log_prob needs a class axis");
         const int64_t n = log_prob.dim(0), classes = log_prob.dim(1);
-        const int64_t inner = n && classes ? log_prob.numel() / (n * classes) : 0;
-        if (static_cast<int64_t>(labels.size()) != n * inner || dy.numel() != n * inner) {
-          ctx.fail("label and dY must have the shape of log_prob without its class axis");
+        const int64_t labels = n && classes ? log_prob.numel() / classes : 0;
+        if (label.numel() != labels) ctx.fail("label must have the shape of log_prob without its class axis");
+        if (dy.numel() != 1 && dy.shape() != label.shape()) {
+          ctx.fail("dY is " + shape_string(dy.shape()) + ", expected the labels' shape " + shape_string(label.shape()) +
+                   " or one value");
         }
+        if (dy.dtype() != log_prob.dtype()) ctx.fail("dY and log_prob have different element types");
         Tensor& out = ctx.allocate_output(0, log_prob.dtype(), log_prob.shape());
         dispatch<GRAD_FLOAT_TYPES>(log_prob.dtype(), "SoftmaxCrossEntropyLossGrad", [&]<typename T>() {
-          using C = compute_type_t<T>;
-          const T* lp = log_prob.data<T>();
-          const T* g = dy.data<T>();
-          T* o = out.data<T>();
-          parallel_for(n * classes, std::max<int64_t>(1, 8192 / std::max<int64_t>(inner, 1)),
-                       [&](int64_t begin, int64_t end) {
-                         for (int64_t row = begin; row < end; ++row) {
-                           const int64_t b = row / classes, k = row % classes;
-                           for (int64_t i = 0; i < inner; ++i) {
-                             const int64_t at = row * inner + i;
-                             const int64_t li = b * inner + i;
-                             int64_t label = labels[static_cast<size_t>(li)];
-                             if (label < 0) label += classes;  // OneHot counts negative labels from the end
-                             const C onehot = label == k ? C(1) : C(0);
-                             o[at] = static_cast<T>((std::exp(C(lp[at])) - onehot) * C(g[li]));
-                           }
-                         }
-                       });
+          dispatch<int32_t, int64_t>(label.dtype(), "SoftmaxCrossEntropyLossGrad labels", [&]<typename L>() {
+            softmax_cross_entropy_grad<T, L>(dy, log_prob, label, mean, out);
+          });
         });
       });
     }};

@@ -128,13 +128,13 @@ def layer_norm_inputs(x_shape, axis):
     return make
 
 
-def sce_inputs(shape, labels):
+def sce_inputs(shape, labels, scalar_dy=False, label_dtype=np.int64):
     def make(r):
         scores = r.standard_normal(shape).astype(np.float32)
         log_prob = scores - np.log(np.exp(scores).sum(axis=1, keepdims=True))
-        label = np.asarray(labels, np.int64)
-        return {"dY": r.standard_normal(label.shape).astype(np.float32), "log_prob": log_prob.astype(np.float32),
-                "label": label}
+        label = np.asarray(labels, label_dtype)
+        dy = r.standard_normal(() if scalar_dy else label.shape).astype(np.float32)
+        return {"dY": dy, "log_prob": log_prob.astype(np.float32), "label": label}
 
     return make
 
@@ -202,8 +202,20 @@ CALLS = [
          n_outputs=3),
     Call("BatchNormalizationGrad-2d", "BatchNormalizationGrad",
          lambda r: {"dY": f32(6, 3)(r), "X": f32(6, 3)(r), "scale": f32(3)(r)}, {"epsilon": 1e-3}, n_outputs=3),
-    Call("SoftmaxCrossEntropyLossGrad", "SoftmaxCrossEntropyLossGrad", sce_inputs((3, 5), [0, 4, -100])),
-    Call("SoftmaxCrossEntropyLossGrad-3d", "SoftmaxCrossEntropyLossGrad", sce_inputs((2, 4, 3), [[0, 1, 3], [2, 2, -1]])),
+    Call("SoftmaxCrossEntropyLossGrad", "SoftmaxCrossEntropyLossGrad", sce_inputs((3, 5), [0, 4, -100]), {"mean": 0}),
+    Call("SoftmaxCrossEntropyLossGrad-3d", "SoftmaxCrossEntropyLossGrad", sce_inputs((2, 4, 3), [[0, 1, 3], [2, 2, -1]]),
+         {"mean": 0}),
+    Call("SoftmaxCrossEntropyLossGrad-scalar-sum", "SoftmaxCrossEntropyLossGrad",
+         sce_inputs((4, 6), [0, 5, 2, 2], scalar_dy=True), {"mean": 0}),
+    Call("SoftmaxCrossEntropyLossGrad-scalar-mean", "SoftmaxCrossEntropyLossGrad",
+         sce_inputs((4, 6), [0, 5, 2, 2], scalar_dy=True), {"mean": 1}),
+    Call("SoftmaxCrossEntropyLossGrad-3d-mean-int32", "SoftmaxCrossEntropyLossGrad",
+         sce_inputs((2, 4, 3), [[0, 1, 3], [2, 2, 1]], scalar_dy=True, label_dtype=np.int32), {"mean": 1}),
+    # The fused GELU of models before opset 20 (passes/fuse_gelu.h).
+    Call("Gelu", "Gelu", lambda r: {"X": f32(3, 17, low=-6.0, high=6.0)(r)}),
+    Call("Gelu-float64", "Gelu", lambda r: {"X": r.uniform(-6, 6, (4, 9))}, rtol=1e-10, atol=1e-12),
+    Call("GeluTanh-float64", "GeluTanh", lambda r: {"X": r.uniform(-6, 6, (4, 9))}, rtol=1e-10, atol=1e-12),
+    Call("GeluTanh", "GeluTanh", lambda r: {"X": f32(3, 17, low=-6.0, high=6.0)(r)}),
 ]
 
 
@@ -219,7 +231,10 @@ def test_body_matches_fused_kernel(call: Call) -> None:
     ours = fused(inputs)
     for i, (a, b) in enumerate(zip(ours, body(inputs))):
         np.testing.assert_allclose(a, b, rtol=call.rtol, atol=call.atol, err_msg=f"output {i}: kernel vs inlined body")
-    theirs = make_session(model_for(call, inputs, "org.onnxtrain"), "onnxruntime")(inputs)
+    try:
+        theirs = make_session(model_for(call, inputs, "org.onnxtrain"), "onnxruntime")(inputs)
+    except Unsupported as e:  # e.g. onnxruntime has no float64 Erf; the body ran in onnxtrain above
+        pytest.skip(f"onnxruntime cannot run the body: {e}")
     for i, (a, b) in enumerate(zip(ours, theirs)):
         np.testing.assert_allclose(a, b, rtol=call.rtol, atol=call.atol, err_msg=f"output {i}: kernel vs onnxruntime")
 
