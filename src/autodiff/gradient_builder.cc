@@ -353,8 +353,32 @@ std::string GradientBuilder::constant(Tensor value, const std::string& base) {
   return name;
 }
 
+std::optional<Shape> GradientBuilder::fixed_shape(const std::string& value) const {
+  const ir::Graph& graph = model_.graph;
+  const auto input = std::find_if(graph.inputs.begin(), graph.inputs.end(),
+                                  [&](const ir::ValueInfo& v) { return v.name == value; });
+  if (input == graph.inputs.end()) {
+    const Tensor* initializer = graph.initializer(value);
+    return initializer ? std::optional(initializer->shape()) : std::nullopt;
+  }
+  if (!input->shape) return std::nullopt;
+  Shape shape;
+  for (const ir::Dim& d : *input->shape) {
+    if (!d.value) return std::nullopt;
+    shape.push_back(*d.value);
+  }
+  return shape;
+}
+
 std::string GradientBuilder::shape_of(const std::string& value) {
   if (auto it = shape_cache_.find(value); it != shape_cache_.end()) return it->second;
+  if (const std::optional<Shape> fixed = fixed_shape(value)) {
+    // Nothing to compute at run time (the executor refuses feeds of another shape).
+    const std::string name = constant(Tensor::from_vector<int64_t>({static_cast<int64_t>(fixed->size())}, *fixed),
+                                      "shape");
+    shape_cache_[value] = name;
+    return name;
+  }
   ir::Node node;
   node.op_type = "Shape";
   node.name = fresh_name(value + "_shape");

@@ -55,6 +55,8 @@ class GradientBuilder {
   std::string accumulated_grad(const std::string& value);
   std::string constant(Tensor value, const std::string& base);
   std::string shape_of(const std::string& value);
+  // The shape of a graph input declared with fixed dimensions, or of an initializer.
+  std::optional<Shape> fixed_shape(const std::string& value) const;
   void use_function(const std::string& name);
 
   ir::Model model_;

@@ -61,14 +61,25 @@ Tensor copy_into(const std::string& name, const Tensor& value, const Tensor& des
 
 }  // namespace
 
-// The values of one run, and the BufferSource its kernels allocate from.
+// The values of one run, and the BufferSource its kernels allocate from. Its vectors live
+// in the executor between runs (FrameState), so that a run allocates none of them.
 class Executor::Frame final : public BufferSource {
  public:
-  Frame(const Executor& executor, BufferArena& arena)
-      : executor_(executor),
-        arena_(arena),
-        computed_(executor.value_names_.size()),
-        values_(executor.value_names_.size(), nullptr) {}
+  Frame(const Executor& executor, FrameState& state, BufferArena& arena)
+      : executor_(executor), arena_(arena), state_(state), computed_(state.computed), values_(state.values),
+        destinations_(state.destinations) {
+    const size_t count = executor.value_names_.size();
+    computed_.resize(count);
+    values_.assign(count, nullptr);
+    destinations_.clear();
+  }
+  Frame(const Frame&) = delete;
+  Frame& operator=(const Frame&) = delete;
+  ~Frame() override {
+    for (Tensor& t : computed_) t = Tensor();
+    state_.step_inputs.clear();
+    state_.step_outputs.clear();
+  }
 
   // Value v, or nullptr when it is not there (not computed, or dead).
   const Tensor* value(int v) const { return values_[static_cast<size_t>(v)]; }
@@ -84,7 +95,7 @@ class Executor::Frame final : public BufferSource {
   }
   // Where graph output `value` must end up, or nullptr.
   void set_destination(int value, const Tensor* destination, bool aliases_feed) {
-    destinations_.resize(values_.size());
+    destinations_.resize(values_.size(), {nullptr, false});
     destinations_[static_cast<size_t>(value)] = {destination, aliases_feed};
   }
   void enter(const Step& step, size_t index) {
@@ -96,7 +107,7 @@ class Executor::Frame final : public BufferSource {
     const int value = step_->outputs.at(output_index);
     if (value >= 0 && executor_.is_graph_output_[static_cast<size_t>(value)]) {
       const Destination* d = destination(value);
-      if (d && !d->aliases_feed && fits(*d->tensor, dtype, shape)) return *d->tensor;
+      if (d && !d->second && fits(*d->first, dtype, shape)) return *d->first;
       return Tensor::empty(dtype, std::move(shape));  // handed to the caller: not from the arena
     }
     return allocate_scratch(dtype, std::move(shape));
@@ -105,9 +116,9 @@ class Executor::Frame final : public BufferSource {
   Tensor allocate_output_in_place(size_t output_index, size_t input_index, DType dtype, Shape shape) override {
     const int out = step_->outputs.at(output_index);
     const int in = input_index < step_->inputs.size() ? step_->inputs[input_index] : -1;
-    if (const Destination* d = out >= 0 ? destination(out) : nullptr; d && d->aliases_feed && in >= 0 && dies_here(in)) {
+    if (const Destination* d = out >= 0 ? destination(out) : nullptr; d && d->second && in >= 0 && dies_here(in)) {
       const Tensor& source = *values_[static_cast<size_t>(in)];
-      if (source.raw_data() == d->tensor->raw_data() && fits(*d->tensor, dtype, shape)) return *d->tensor;
+      if (source.raw_data() == d->first->raw_data() && fits(*d->first, dtype, shape)) return *d->first;
     }
     if (in >= 0 && out >= 0 && !executor_.is_graph_output_[static_cast<size_t>(out)] && dies_here(in)) {
       const Tensor& source = *values_[static_cast<size_t>(in)];
@@ -129,12 +140,9 @@ class Executor::Frame final : public BufferSource {
   void set_release_list(const std::vector<int>* release) { release_ = release; }
 
  private:
-  struct Destination {
-    const Tensor* tensor = nullptr;
-    bool aliases_feed = false;
-  };
+  using Destination = std::pair<const Tensor*, bool>;  // the tensor, and whether it aliases a feed
   const Destination* destination(int value) const {
-    if (destinations_.empty() || destinations_[static_cast<size_t>(value)].tensor == nullptr) return nullptr;
+    if (destinations_.empty() || destinations_[static_cast<size_t>(value)].first == nullptr) return nullptr;
     return &destinations_[static_cast<size_t>(value)];
   }
   static bool fits(const Tensor& t, DType dtype, const Shape& shape) { return t.dtype() == dtype && t.shape() == shape; }
@@ -145,11 +153,12 @@ class Executor::Frame final : public BufferSource {
 
   const Executor& executor_;
   BufferArena& arena_;
-  std::vector<Tensor> computed_;       // per value id: what the steps produced
-  std::vector<const Tensor*> values_;  // per value id: a computed value, a feed or a constant
+  FrameState& state_;
+  std::vector<Tensor>& computed_;
+  std::vector<const Tensor*>& values_;
+  std::vector<Destination>& destinations_;
   const Step* step_ = nullptr;
   const std::vector<int>* release_ = nullptr;
-  std::vector<Destination> destinations_;
 };
 
 Executor::Executor(ir::Model model, SessionOptions options) : model_(std::move(model)), options_(options) {
@@ -286,8 +295,18 @@ const Executor::Program& Executor::program_for(const std::vector<std::string>& o
   return programs_.emplace(output_names, std::move(program)).first->second;
 }
 
-void Executor::check_feed(const GraphInput& input, const Tensor& tensor,
-                          std::vector<std::pair<std::string_view, int64_t>>& dims) const {
+size_t Executor::graph_input_index(const std::string& name) const {
+  auto input = std::find_if(graph_inputs_.begin(), graph_inputs_.end(),
+                            [&](const GraphInput& g) { return g.info->name == name; });
+  if (input == graph_inputs_.end()) {
+    std::string known;
+    for (const auto& m : input_metadata_) known += (known.empty() ? "" : ", ") + m.name;
+    throw Error("'" + name + "' is not an input of the model (inputs: " + known + ")", ErrorKind::kInvalidArgument);
+  }
+  return static_cast<size_t>(input - graph_inputs_.begin());
+}
+
+void Executor::check_feed(const GraphInput& input, const Tensor& tensor) {
   const ir::ValueInfo& info = *input.info;
   if (info.dtype != DType::kUndefined && tensor.dtype() != info.dtype) {
     throw Error("input '" + info.name + "': got " + describe_tensor(tensor) + ", expected " + describe_type(info),
@@ -309,9 +328,9 @@ void Executor::check_feed(const GraphInput& input, const Tensor& tensor,
                   ErrorKind::kInvalidArgument);
     }
     if (d.param.empty()) continue;
-    auto it = std::find_if(dims.begin(), dims.end(), [&](const auto& named) { return named.first == d.param; });
-    if (it == dims.end()) {
-      dims.emplace_back(d.param, actual);
+    auto it = std::find_if(dims_.begin(), dims_.end(), [&](const auto& named) { return named.first == d.param; });
+    if (it == dims_.end()) {
+      dims_.emplace_back(d.param, actual);
     } else if (it->second != actual) {
       throw Error("input '" + info.name + "': dimension " + std::to_string(i) + " ('" + d.param + "') is " +
                       std::to_string(actual) + ", but another input gave '" + d.param + "' = " +
@@ -321,24 +340,33 @@ void Executor::check_feed(const GraphInput& input, const Tensor& tensor,
   }
 }
 
-std::vector<const Tensor*> Executor::bind_feeds(const NamedTensors& feeds) const {
-  std::vector<const Tensor*> bound(value_names_.size(), nullptr);
+void Executor::bind_feeds(const NamedTensors& feeds) {
+  bound_.assign(value_names_.size(), nullptr);
   for (const auto& [name, tensor] : feeds) {
-    auto input = std::find_if(graph_inputs_.begin(), graph_inputs_.end(),
-                              [&](const GraphInput& g) { return g.info->name == name; });
-    if (input == graph_inputs_.end()) {
-      std::string known;
-      for (const auto& m : input_metadata_) known += (known.empty() ? "" : ", ") + m.name;
-      throw Error("'" + name + "' is not an input of the model (inputs: " + known + ")", ErrorKind::kInvalidArgument);
-    }
-    if (bound[static_cast<size_t>(input->value)]) {
-      throw Error("input '" + name + "' is fed twice", ErrorKind::kInvalidArgument);
-    }
-    bound[static_cast<size_t>(input->value)] = &tensor;
+    const int value = graph_inputs_[graph_input_index(name)].value;
+    if (bound_[static_cast<size_t>(value)]) throw Error("input '" + name + "' is fed twice", ErrorKind::kInvalidArgument);
+    bound_[static_cast<size_t>(value)] = &tensor;
   }
-  std::vector<std::pair<std::string_view, int64_t>> dims;  // symbolic dimensions seen so far
+  check_feeds();
+}
+
+void Executor::bind_feeds(const Binding& binding, const NamedTensors& feeds) {
+  if (feeds.size() != binding.inputs.size()) {
+    throw Error("run: " + std::to_string(feeds.size()) + " feeds for a binding of " +
+                    std::to_string(binding.inputs.size()),
+                ErrorKind::kInvalidArgument);
+  }
+  bound_.assign(value_names_.size(), nullptr);
+  for (size_t i = 0; i < feeds.size(); ++i) {
+    bound_[static_cast<size_t>(graph_inputs_[binding.inputs[i]].value)] = &feeds[i].second;
+  }
+  check_feeds();
+}
+
+void Executor::check_feeds() {
+  dims_.clear();
   for (const GraphInput& input : graph_inputs_) {
-    const Tensor* tensor = bound[static_cast<size_t>(input.value)];
+    const Tensor* tensor = bound_[static_cast<size_t>(input.value)];
     if (tensor == nullptr) {
       if (input.required) {
         throw Error("input '" + input.info->name + "' (" + describe_type(*input.info) + ") is missing",
@@ -346,9 +374,23 @@ std::vector<const Tensor*> Executor::bind_feeds(const NamedTensors& feeds) const
       }
       continue;
     }
-    check_feed(input, *tensor, dims);
+    check_feed(input, *tensor);
   }
-  return bound;
+}
+
+Executor::Binding Executor::bind(const std::vector<std::string>& feed_names,
+                                 const std::vector<std::string>& output_names) {
+  std::lock_guard lock(mutex_);
+  Binding binding;
+  for (const std::string& name : feed_names) {
+    const size_t index = graph_input_index(name);
+    if (std::find(binding.inputs.begin(), binding.inputs.end(), index) != binding.inputs.end()) {
+      throw Error("input '" + name + "' is fed twice", ErrorKind::kInvalidArgument);
+    }
+    binding.inputs.push_back(index);
+  }
+  binding.program = &program_for(output_names.empty() ? output_names_ : output_names);
+  return binding;
 }
 
 std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<std::string>& output_names) {
@@ -358,19 +400,29 @@ std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<s
 std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<std::string>& output_names,
                                   const std::vector<Tensor>& destinations) {
   std::lock_guard lock(mutex_);
-  const std::vector<std::string>& names = output_names.empty() ? output_names_ : output_names;
-  const Program& program = program_for(names);
-  const std::vector<const Tensor*> bound = bind_feeds(feeds);
-  if (!destinations.empty() && destinations.size() != names.size()) {
-    throw Error("run: " + std::to_string(destinations.size()) + " destinations for " + std::to_string(names.size()) +
-                    " outputs",
+  const Program& program = program_for(output_names.empty() ? output_names_ : output_names);
+  bind_feeds(feeds);
+  return run_program(program, destinations);
+}
+
+std::vector<Tensor> Executor::run(const Binding& binding, const NamedTensors& feeds,
+                                  const std::vector<Tensor>& destinations) {
+  std::lock_guard lock(mutex_);
+  bind_feeds(binding, feeds);
+  return run_program(*binding.program, destinations);
+}
+
+std::vector<Tensor> Executor::run_program(const Program& program, const std::vector<Tensor>& destinations) {
+  if (!destinations.empty() && destinations.size() != program.outputs.size()) {
+    throw Error("run: " + std::to_string(destinations.size()) + " destinations for " +
+                    std::to_string(program.outputs.size()) + " outputs",
                 ErrorKind::kInvalidArgument);
   }
 
   // The plan key: the program, then each feed's dtype and shape (-1 for an absent feed).
   signature_.assign(1, static_cast<int64_t>(program.id));
   for (const GraphInput& input : graph_inputs_) {
-    const Tensor* t = bound[static_cast<size_t>(input.value)];
+    const Tensor* t = bound_[static_cast<size_t>(input.value)];
     if (t == nullptr) {
       signature_.push_back(-1);
       continue;
@@ -386,22 +438,23 @@ std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<s
   BufferArena arena = planned == plans_.end() ? BufferArena() : BufferArena(planned->second.plan, planned->second.arena);
   std::vector<Tensor> results;
   {
-    Frame frame(*this, arena);
+    Frame frame(*this, frame_state_, arena);
     for (size_t i = 0; i < destinations.size(); ++i) {
       if (!destinations[i].defined()) continue;
-      const bool aliases_feed = std::any_of(feeds.begin(), feeds.end(), [&](const auto& f) {
-        return f.second.storage() == destinations[i].storage();
+      const bool aliases_feed = std::any_of(graph_inputs_.begin(), graph_inputs_.end(), [&](const GraphInput& input) {
+        const Tensor* feed = bound_[static_cast<size_t>(input.value)];
+        return feed && feed->storage() == destinations[i].storage();
       });
       frame.set_destination(program.outputs[i], &destinations[i], aliases_feed);
     }
-    for (size_t v = 0; v < bound.size(); ++v) {
-      if (bound[v])
-        frame.bind(static_cast<int>(v), bound[v]);
+    for (size_t v = 0; v < bound_.size(); ++v) {
+      if (bound_[v])
+        frame.bind(static_cast<int>(v), bound_[v]);
       else if (constants_[v].defined())
         frame.bind(static_cast<int>(v), &constants_[v]);
     }
-    std::vector<const Tensor*> inputs;
-    std::vector<Tensor> outputs;
+    std::vector<const Tensor*>& inputs = frame_state_.step_inputs;
+    std::vector<Tensor>& outputs = frame_state_.step_outputs;
     for (size_t i = 0; i < program.steps.size(); ++i) {
       const Step& step = steps_[program.steps[i]];
       inputs.assign(step.inputs.size(), nullptr);
@@ -444,7 +497,7 @@ std::vector<Tensor> Executor::run(const NamedTensors& feeds, const std::vector<s
     for (size_t i = 0; i < program.outputs.size(); ++i) {
       const Tensor& t = *frame.value(program.outputs[i]);
       if (i < destinations.size() && destinations[i].defined()) {
-        results.push_back(copy_into(names[i], t, destinations[i]));
+        results.push_back(copy_into(value_names_[static_cast<size_t>(program.outputs[i])], t, destinations[i]));
         continue;
       }
       // Anything not freshly allocated for the caller is copied: arena views, feeds, constants.

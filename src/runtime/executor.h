@@ -19,6 +19,8 @@
 namespace onnxtrain::runtime {
 
 class Executor {
+  struct Program;
+
  public:
   Executor(ir::Model model, SessionOptions options);
 
@@ -30,6 +32,19 @@ class Executor {
   // in place and nothing later reads the feed; otherwise the result is copied in at the end.
   std::vector<Tensor> run(const NamedTensors& feeds, const std::vector<std::string>& output_names,
                           const std::vector<Tensor>& destinations);
+
+  // Feeds and outputs named once, for runs that pass the feeds in that order: a training
+  // step runs tens of kernels in tens of microseconds, too short to look names up each time.
+  class Binding {
+   private:
+    friend class Executor;
+    std::vector<size_t> inputs;  // per feed position: its entry in graph_inputs_
+    const Program* program = nullptr;
+  };
+  Binding bind(const std::vector<std::string>& feed_names, const std::vector<std::string>& output_names);
+  // run(feeds, output_names, destinations) for the bound names; feeds[i] is the value of
+  // the binding's feed i (its name is not read).
+  std::vector<Tensor> run(const Binding& binding, const NamedTensors& feeds, const std::vector<Tensor>& destinations);
 
   const std::vector<ValueMetadata>& inputs() const { return input_metadata_; }
   const std::vector<ValueMetadata>& outputs() const { return output_metadata_; }
@@ -62,9 +77,13 @@ class Executor {
   int value_id(const std::string& name) const;
   void create_steps();
   const Program& program_for(const std::vector<std::string>& output_names);
-  std::vector<const Tensor*> bind_feeds(const NamedTensors& feeds) const;
-  void check_feed(const GraphInput& input, const Tensor& tensor,
-                  std::vector<std::pair<std::string_view, int64_t>>& dims) const;
+  size_t graph_input_index(const std::string& name) const;
+  // Fills bound_ from named feeds, or from feeds in a binding's order, and checks them.
+  void bind_feeds(const NamedTensors& feeds);
+  void bind_feeds(const Binding& binding, const NamedTensors& feeds);
+  void check_feeds();
+  void check_feed(const GraphInput& input, const Tensor& tensor);
+  std::vector<Tensor> run_program(const Program& program, const std::vector<Tensor>& destinations);
 
   ir::Model model_;
   SessionOptions options_;
@@ -81,8 +100,20 @@ class Executor {
   // keys compare without building strings, so that finding them costs a run little.
   std::map<std::vector<std::string>, Program> programs_;
   std::map<std::vector<int64_t>, PlannedArena> plans_;
-  std::vector<int64_t> signature_;  // the run's plan key; kept to reuse its capacity
   std::mutex mutex_;
+  // Per run, kept between runs to reuse their capacity (runs hold mutex_).
+  std::vector<int64_t> signature_;                            // the plan key
+  std::vector<const Tensor*> bound_;                          // per value id: the feed, or nullptr
+  std::vector<std::pair<std::string_view, int64_t>> dims_;  // symbolic dimensions of the feeds
+  // What a run's Frame holds (see executor.cc).
+  struct FrameState {
+    std::vector<Tensor> computed;                              // per value id: what the steps produced
+    std::vector<const Tensor*> values;                         // per value id: computed, fed or constant
+    std::vector<std::pair<const Tensor*, bool>> destinations;  // per value id: where it goes, aliases a feed
+    std::vector<const Tensor*> step_inputs;
+    std::vector<Tensor> step_outputs;
+  };
+  FrameState frame_state_;
 };
 
 }  // namespace onnxtrain::runtime

@@ -112,6 +112,7 @@ struct Module::Model {
   std::vector<size_t> trained_indices;    // per roles.trained
   std::vector<size_t> running_indices;    // per roles.running
   std::vector<Tensor> destinations;       // per output: undefined for user outputs, then the gradients
+  runtime::Executor::Binding binding;     // of feeds and output_names
   Tensor reset_flags[2] = {Tensor::scalar<bool>(false), Tensor::scalar<bool>(true)};
 
   Model(const std::filesystem::path& path, const CheckpointState& state, const SessionOptions& options)
@@ -136,6 +137,9 @@ struct Module::Model {
     }
     for (const std::string& name : roles.running) running_indices.push_back(training::parameter_index(state, name));
     if (roles.has_reset_input) feeds.emplace_back(std::string(training::kLazyResetGrad), Tensor());
+    std::vector<std::string> feed_names;
+    for (const auto& [name, tensor] : feeds) feed_names.push_back(name);
+    binding = executor->bind(feed_names, output_names);
   }
 };
 
@@ -212,7 +216,7 @@ std::vector<Tensor> Module::run(Model& model, const std::vector<Tensor>& inputs,
   if (roles.has_reset_input) model.feeds[slot].second = model.reset_flags[reset_grad_ ? 1 : 0];
 
   const UserFeeds user_feeds(model.feeds, inputs);
-  std::vector<Tensor> outputs = model.executor->run(model.feeds, model.output_names, model.destinations);
+  std::vector<Tensor> outputs = model.executor->run(model.binding, model.feeds, model.destinations);
   if (training && !roles.trained.empty()) {
     reset_grad_ = false;
     has_gradients_ = true;

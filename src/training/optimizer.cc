@@ -50,6 +50,7 @@ struct Optimizer::Model {
   // from step to step), so it builds no name and copies no shape.
   NamedTensors feeds;
   std::vector<Tensor> destinations;  // per output: the parameter, then its moments
+  runtime::Executor::Binding binding;  // of feeds and output_names
 };
 
 Optimizer::Optimizer(const std::filesystem::path& optimizer_model_path, Module& module)
@@ -97,6 +98,9 @@ Optimizer::Optimizer(const std::filesystem::path& optimizer_model_path, Module& 
     for (const std::string& moment : m.moments) m.feeds.emplace_back(training::moment_input(name, moment), Tensor());
   }
   m.destinations.resize(m.output_names.size());
+  std::vector<std::string> feed_names;
+  for (const auto& [name, tensor] : m.feeds) feed_names.push_back(name);
+  m.binding = m.executor->bind(feed_names, m.output_names);
 
   if (!state.has_optimizer_state()) state.set_optimizer_state(OptimizerState{0, 1e-3, {}});
   OptimizerState& optimizer = state.optimizer_state();
@@ -152,7 +156,7 @@ void Optimizer::step() {
       training::point_at(m.destinations[destination++], value);
     }
   }
-  m.executor->run(m.feeds, m.output_names, m.destinations);
+  m.executor->run(m.binding, m.feeds, m.destinations);
   optimizer.step = step;
 }
 

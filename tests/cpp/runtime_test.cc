@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 #include <onnxtrain/inference_session.h>
 
+#include "ir/onnx_io.h"
+#include "runtime/executor.h"
 #include "runtime/memory_plan.h"
 #include "test_util.h"
 
@@ -98,6 +100,27 @@ TEST(InferenceSession, BadFeedsNameTheInputAndTheExpectation) {
   EXPECT_NE(error_of([&] { session.run({{"x", Tensor::zeros(DType::kFloat32, {1, 3})}}, {"nope"}); })
                 .find("'nope' is not an output"),
             std::string::npos);
+}
+
+TEST(Executor, BoundRunsMatchNamedRunsAndCheckTheirFeeds) {
+  runtime::Executor executor(ir::load_model(as_span(bytes_of(chain_model()))), {});
+  const runtime::Executor::Binding binding = executor.bind({"x"}, {"y"});
+  const NamedTensors feeds{{"x", Tensor::from_vector<float>({2, 3}, {-1, 0, 1, 2, -3, 4})}};
+  for (int run = 0; run < 3; ++run) {  // records, then runs from the plan
+    const auto bound = executor.run(binding, feeds, {});
+    const auto named = executor.run(feeds, {"y"});
+    EXPECT_EQ(std::vector<float>(bound[0].values<float>().begin(), bound[0].values<float>().end()),
+              (std::vector<float>{0, 0, 3, 6, 0, 12}));
+    EXPECT_EQ(std::vector<float>(named[0].values<float>().begin(), named[0].values<float>().end()),
+              (std::vector<float>{0, 0, 3, 6, 0, 12}));
+  }
+  EXPECT_NE(error_of([&] { executor.run(binding, {}, {}); }).find("0 feeds for a binding of 1"), std::string::npos);
+  EXPECT_NE(error_of([&] { executor.run(binding, {{"x", Tensor::zeros(DType::kFloat32, {1, 4})}}, {}); })
+                .find("dimension 1 is 4, expected 3"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { executor.bind({"z"}, {"y"}); }).find("'z' is not an input of the model"), std::string::npos);
+  EXPECT_NE(error_of([&] { executor.bind({"x", "x"}, {"y"}); }).find("input 'x' is fed twice"), std::string::npos);
+  EXPECT_NE(error_of([&] { executor.bind({"x"}, {"a"}); }).find("'a' is not an output"), std::string::npos);
 }
 
 TEST(InferenceSession, SymbolicDimensionsMustAgreeAcrossInputs) {

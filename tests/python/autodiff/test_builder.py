@@ -250,10 +250,27 @@ def test_forward_nodes_gain_the_outputs_their_rules_need() -> None:
 def test_shapes_are_taken_beside_the_forward_pass() -> None:
     """Rules that need a forward value's shape read it right after the value is made, so
     the value itself need not live until the backward pass."""
-    g = onnxtrain.build_gradient_graph(linear_loss(), ["b"])
+    m = model(
+        [helper.make_node("Relu", ["s"], ["t"]), helper.make_node("Mul", ["x", "t"], ["xt"]),
+         helper.make_node("ReduceSum", ["xt"], ["loss"], keepdims=0)],
+        [helper.make_tensor_value_info("x", F, ["batch", 3]), helper.make_tensor_value_info("s", F, ["batch", 1])],
+        [helper.make_tensor_value_info("loss", F, [])],
+    )
+    g = onnxtrain.build_gradient_graph(m, ["s"])
     names = [n.output[0] for n in g.graph.node]
-    shape_node = next(n for n in g.graph.node if n.op_type == "Shape" and n.input[0] == "b")
-    assert names.index(shape_node.output[0]) < names.index("loss")
+    shape_node = next(n for n in g.graph.node if n.op_type == "Shape" and n.input[0] == "t")
+    assert names.index("t") < names.index(shape_node.output[0]) < names.index("xt")
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    s = np.array([[0.5], [-1.0]], np.float32)
+    np.testing.assert_allclose(run(g, {"x": x, "s": s})["s_grad"], x.sum(1, keepdims=True) * (s > 0))
+
+
+def test_fixed_shapes_are_constants() -> None:
+    """The shape of an initializer or of an input declared with fixed dimensions is known
+    when the graph is built: no Shape node computes it at run time."""
+    g = onnxtrain.build_gradient_graph(linear_loss(), ["b"])
+    assert not [n for n in g.graph.node if n.op_type == "Shape" and n.input[0] == "b"]
+    np.testing.assert_allclose(run(g, {"x": X})["b_grad"], expected_linear_grads(X)["b_grad"], rtol=1e-6)
 
 
 def test_gradient_of_a_gradient_model() -> None:
