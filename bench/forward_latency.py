@@ -6,7 +6,14 @@ count. Each runtime is warmed up, then the timed runs alternate between the two 
 ``--rounds`` blocks, so that a change in machine load during a measurement hits both; the
 median wall time of ``--repeat`` runs per runtime is printed as a markdown table, with the
 load average before and after (the medians mean little on a machine busy with other work).
-onnxruntime keeps its default graph optimizations (what users get).
+onnxruntime keeps its default graph optimizations and thread settings (what users get).
+
+Each block starts after a pause (``--pause``) and one untimed run. Both runtimes' worker
+threads keep spinning for a while after a run (onnxruntime's thread pool by default,
+OpenMP's until GOMP_SPINCOUNT runs out); on a 2-core machine, the other runtime's
+spinning threads would otherwise take the cores from the block that follows them
+(ResNet-18 at batch 1 on 2 threads measured 2.7 ms right after onnxruntime's runs and
+2.6 ms after a 10 ms pause, against onnxruntime's 2.4 ms).
 
     .venv/bin/python bench/forward_latency.py [--threads 1 2] [--repeat 50] [--models mlp bert]
 """
@@ -79,6 +86,8 @@ def interleaved_medians(runners: list[Runner], feeds: dict[str, np.ndarray],
     per_round = max(1, math.ceil(args.repeat / args.rounds))
     for _ in range(args.rounds):
         for run, collected in zip(runners, times):
+            time.sleep(args.pause)  # the other runtime's threads stop spinning
+            run(feeds)
             collected += timed_runs(run, feeds, per_round)
     return [statistics.median(t) for t in times]
 
@@ -112,6 +121,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=50, help="timed runs per runtime and measurement")
     parser.add_argument("--warmup", type=int, default=5, help="untimed runs first")
     parser.add_argument("--rounds", type=int, default=5, help="alternating blocks the timed runs come in")
+    parser.add_argument("--pause", type=float, default=0.05, help="seconds of idle time before each block")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--exporters", nargs="+", default=list(EXPORTERS), choices=EXPORTERS)
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 8], help="batch sizes")

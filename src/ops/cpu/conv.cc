@@ -349,6 +349,11 @@ PreparedConv prepare_conv(const ConvGeometry& g, memory::data_type type, bool ha
     layouts.emplace_back(memory::desc(src_dims, type, blocked_tag(src_dims.size())), dst_blocked);
   } else if (!many_channels && g.m >= 16 && g.group == 1) {  // few input channels: read X as it is
     layouts.emplace_back(src_user, dst_blocked);
+  } else if (!many_channels && g.group == 1 && dst_dims.size() == 4) {
+    // Fewer than 16 output channels too: the AVX2 kernel's 8-channel blocks waste none
+    // (the small CNN's first layer, 3 -> 8 channels at 32 x 32: 11.7 us against 15.1 us with
+    // format_tag::any's NHWC brgemm and its reorders, batch 1, one thread).
+    layouts.emplace_back(src_user, memory::desc(dst_dims, type, memory::format_tag::nChw8c));
   }
   layouts.emplace_back(onednn::any_desc(src_dims, type), onednn::any_desc(dst_dims, type));
   for (size_t i = 0; i < layouts.size(); ++i) {
