@@ -9,11 +9,15 @@ forward and backward pass runs in
 - onnxruntime: the same gradient model (stock inference package, for reference);
 - PyTorch: ``loss.backward()`` on the same module and weights,
 
-all at the same intra-op thread count. Each (runtime, model) runs in a fresh process;
-time is the median of ``--repeat`` steps after ``--warmup``; peak memory is the process's
-peak resident size during the steps above its resident size just before them (the peak is
-reset first through /proc/self/clear_refs, so loading and graph building do not count),
-i.e. what the step itself needs: activations, gradients, workspace.
+all at the same intra-op thread count. The parent builds the gradient models and the
+batches once (``--work``, a temporary folder by default); each (runtime, model) then runs
+in a fresh process that only loads what it runs: the ONNX runtimes' processes import
+neither torch nor the exporters, so no memory freed by them sits in the heap for the steps
+to reuse. Time is the median of ``--repeat`` steps after ``--warmup``; peak memory is the
+process's peak resident size during the steps (warm-up included) above its resident size
+just before them (the peak is reset first through /proc/self/clear_refs, so loading does
+not count), i.e. what the step itself needs: activations, gradients, workspace, and any
+copy of the weights a runtime makes.
 
 On a shared machine the runtimes are interleaved: ``--rounds`` sweeps over every
 (model, runtime) pair, and the table shows the median over the rounds (the spread,
@@ -35,6 +39,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -60,29 +65,38 @@ def reset_peak_memory() -> None:
         refs.write("5")
 
 
-def setup(model: str):
+def prepare(model: str, folder: Path) -> None:
+    """Writes the model's gradient model and its batch (inputs and labels) into `folder`."""
     from autodiff.test_models import with_loss  # noqa: PLC0415 (tests are not a package on sys.path otherwise)
     from models import build_model, get_case, is_sequence_model
 
     import onnx
+    import onnxtrain
 
-    cid = f"{model}-torchscript-train"
-    case = get_case(cid)
-    forward = onnx.load(case.onnx_path)
+    case = get_case(f"{model}-torchscript-train")
+    forward = with_loss(onnx.load(case.onnx_path))
     batch = BATCH[model]
     feeds = case.make_inputs(batch, 0, SEQ_LEN) if is_sequence_model(model) else case.make_inputs(batch, 0)
     classes = 10 if model in ("mlp", "cnn", "resnet18") else 128
     label_shape = (batch, SEQ_LEN) if is_sequence_model(model) else (batch,)
     labels = np.random.default_rng(1).integers(0, classes, label_shape).astype(np.int64)
-    return cid, with_loss(forward), feeds, labels, build_model(model, "train", "torchscript").module
+    params = {n for n, _ in build_model(model, "train", "torchscript").module.named_parameters()}
+    wrt = [i.name for i in forward.graph.initializer if i.name in params]
+    folder.mkdir(parents=True, exist_ok=True)
+    onnx.save(onnxtrain.build_gradient_graph(forward, wrt, "loss"), str(folder / "gradient.onnx"))
+    np.savez(folder / "batch.npz", labels=labels, **feeds)
 
 
-def measure(runtime: str, model: str, threads: int, warmup: int, repeat: int) -> dict:
-    cid, forward, feeds, labels, module = setup(model)
-    import torch
-
-    torch.set_num_threads(threads)
+def measure(runtime: str, model: str, folder: Path, threads: int, warmup: int, repeat: int) -> dict:
+    with np.load(folder / "batch.npz") as batch:
+        labels = batch["labels"]
+        feeds = {k: batch[k] for k in batch.files if k != "labels"}
     if runtime == "pytorch":
+        import torch
+        from models import build_model
+
+        torch.set_num_threads(threads)
+        module = build_model(model, "train", "torchscript").module
         module.train()
         inputs = [torch.from_numpy(v) for v in feeds.values()]
         target = torch.from_numpy(labels).reshape(-1)
@@ -94,23 +108,21 @@ def measure(runtime: str, model: str, threads: int, warmup: int, repeat: int) ->
             loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target)
             loss.backward()
     else:
-        import onnxtrain
-
-        params = {n for n, _ in module.named_parameters()}
-        wrt = [i.name for i in forward.graph.initializer if i.name in params]
-        data = onnxtrain.build_gradient_graph(forward, wrt, "loss").SerializeToString()
         run_feeds = {**feeds, "labels": labels}
+        path = str(folder / "gradient.onnx")
         if runtime == "onnxtrain":
+            import onnxtrain
+
             options = onnxtrain.SessionOptions()
             options.intra_op_num_threads = threads
-            session = onnxtrain.InferenceSession(data, sess_options=options)
+            session = onnxtrain.InferenceSession(path, sess_options=options)
         else:
             import onnxruntime
 
             options = onnxruntime.SessionOptions()
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
-            session = onnxruntime.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
+            session = onnxruntime.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
 
         def step():
             session.run(None, run_feeds)
@@ -141,12 +153,21 @@ def main() -> None:
     parser.add_argument("--models", nargs="*", default=MODELS)
     parser.add_argument("--runtimes", nargs="*", default=["onnxtrain", "pytorch", "onnxruntime"])
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, help="folder for the gradient models and batches (default: temporary)")
+    parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        runtime, model = args.child
-        print(json.dumps(measure(runtime, model, args.threads, args.warmup, args.repeat)))
+        runtime, model, folder = args.child
+        print(json.dumps(measure(runtime, model, Path(folder), args.threads, args.warmup, args.repeat)))
         return
+    with tempfile.TemporaryDirectory(prefix="gradient_step_") as temporary:
+        args.work = args.work or Path(temporary)
+        for model in args.models:
+            prepare(model, args.work / model)
+        compare(args)
+
+
+def compare(args: argparse.Namespace) -> None:
     load_before = os.getloadavg()
     results: dict[tuple[str, str], list[dict]] = {(m, r): [] for m in args.models for r in args.runtimes}
     for _ in range(args.rounds):
@@ -177,7 +198,7 @@ def main() -> None:
 
 
 def run_child(runtime: str, model: str, args: argparse.Namespace) -> dict | None:
-    command = [sys.executable, __file__, "--child", runtime, model, "--threads", str(args.threads),
+    command = [sys.executable, __file__, "--child", runtime, model, str(args.work / model), "--threads", str(args.threads),
                "--warmup", str(args.warmup), "--repeat", str(args.repeat)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:

@@ -43,8 +43,11 @@ class Storage {
   size_t bytes() const noexcept { return bytes_; }
   StorageOrigin origin() const noexcept { return origin_; }
 
-  // A fresh 64-byte-aligned heap block.
+  // A fresh 64-byte-aligned heap block. Blocks of 1 MiB or more are mapped from the
+  // system; released ones are kept (up to 256 MiB) for allocations of the same size.
   static std::shared_ptr<Storage> allocate(size_t bytes);
+  // Returns the kept released blocks to the system.
+  static void release_kept_blocks() noexcept;
   // How many blocks allocate() has handed out so far (for tests of the memory plan).
   static uint64_t heap_allocation_count() noexcept;
   // Borrowed memory; `keep_alive` is held until the storage is released.

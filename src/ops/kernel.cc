@@ -1,9 +1,18 @@
 #include "ops/kernel.h"
 
+#include <algorithm>
+
 namespace onnxtrain {
 
 const Tensor* KernelInfo::constant_input(size_t i) const {
   return has_input(i) && constants_ ? constants_(node_.inputs[i]) : nullptr;
+}
+
+const Tensor* KernelInfo::packable_constant_input(size_t i) const {
+  const Tensor* constant = constant_input(i);
+  if (constant == nullptr || !readers_) return constant;
+  const auto here = static_cast<size_t>(std::count(node_.inputs.begin(), node_.inputs.end(), node_.inputs[i]));
+  return readers_(node_.inputs[i]) > here ? nullptr : constant;
 }
 
 void KernelInfo::fail(const std::string& message) const {

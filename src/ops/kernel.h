@@ -20,9 +20,10 @@ namespace onnxtrain {
 class KernelInfo {
  public:
   using ConstantLookup = std::function<const Tensor*(std::string_view)>;
+  using ReaderCount = std::function<size_t(std::string_view)>;
 
-  KernelInfo(const ir::Node& node, int64_t opset, ConstantLookup constants)
-      : node_(node), opset_(opset), constants_(std::move(constants)) {}
+  KernelInfo(const ir::Node& node, int64_t opset, ConstantLookup constants, ReaderCount readers = nullptr)
+      : node_(node), opset_(opset), constants_(std::move(constants)), readers_(std::move(readers)) {}
 
   const ir::Node& node() const { return node_; }
   int64_t opset() const { return opset_; }
@@ -32,6 +33,11 @@ class KernelInfo {
   bool has_output(size_t i) const { return i < node_.outputs.size() && !node_.outputs[i].empty(); }
   // The value of input i when it is a constant (an initializer that no feed can override).
   const Tensor* constant_input(size_t i) const;
+  // constant_input(i) when no other node reads that constant: a kernel may then keep a copy
+  // in the layout it computes in. When others read it too (a convolution's weights in a
+  // gradient graph, which ConvGrad reads), the original stays in use and a packed copy
+  // would double the weights' memory.
+  const Tensor* packable_constant_input(size_t i) const;
 
   bool has_attribute(std::string_view name) const { return node_.attribute(name) != nullptr; }
   int64_t int_attribute(std::string_view name, std::optional<int64_t> fallback = std::nullopt) const;
@@ -52,6 +58,7 @@ class KernelInfo {
   const ir::Node& node_;
   int64_t opset_;
   ConstantLookup constants_;
+  ReaderCount readers_;  // how many node inputs read a value; null: unknown
 };
 
 // Implemented by the runtime: where output and scratch buffers come from.

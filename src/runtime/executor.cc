@@ -1,6 +1,9 @@
 #include "runtime/executor.h"
 
 #include <omp.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -43,6 +46,16 @@ std::string describe_tensor(const Tensor& t) { return std::string(dtype_name(t.d
 
 int64_t node_opset(const ir::Model& model, const ir::Node& node) {
   return node.opset ? node.opset : model.opset(node.domain).value_or(0);
+}
+
+// Hands freed memory back to the system: the large blocks Storage keeps for reuse, and the
+// heap's free pages. A recording run allocates every intermediate buffer on its own; what
+// it freed would otherwise stay resident beside the arena that replaces it.
+void release_freed_memory() {
+  Storage::release_kept_blocks();
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
 }
 
 // `destination` holding `value`: the same buffer, or a copy of it.
@@ -221,6 +234,15 @@ void Executor::create_steps() {
     return graph.initializer(name);
   };
 
+  std::unordered_map<std::string_view, size_t> reads;  // node inputs reading each value
+  for (const ir::Node& node : graph.nodes) {
+    for (const std::string& in : node.inputs) ++reads[in];
+  }
+  auto readers = [&](std::string_view name) -> size_t {
+    auto it = reads.find(name);
+    return it == reads.end() ? 0 : it->second;
+  };
+
   std::vector<std::string> missing;
   for (size_t index : ir::topological_order(graph)) {
     const ir::Node& node = graph.nodes[index];
@@ -236,7 +258,7 @@ void Executor::create_steps() {
     step.node = &node;
     for (const auto& in : node.inputs) step.inputs.push_back(in.empty() ? -1 : value_id(in));
     for (const auto& out : node.outputs) step.outputs.push_back(out.empty() ? -1 : value_id(out));
-    step.kernel = def->create(KernelInfo(node, opset, constant));
+    step.kernel = def->create(KernelInfo(node, opset, constant, readers));
     steps_.push_back(std::move(step));
   }
   if (!missing.empty()) {
@@ -508,6 +530,7 @@ std::vector<Tensor> Executor::run_program(const Program& program, const std::vec
   }
   if (arena.recording()) {
     auto plan = std::make_shared<const MemoryPlan>(arena.requests());
+    release_freed_memory();  // before the arena takes the recorded buffers' place
     plans_[signature_] = {plan, Storage::allocate(plan->arena_bytes())};
   } else if (!arena.plan_held()) {
     plans_.erase(signature_);  // shapes inside the graph changed: record again next run

@@ -2,6 +2,7 @@
 #include <onnxtrain/inference_session.h>
 
 #include "ir/onnx_io.h"
+#include "ops/kernel.h"
 #include "runtime/executor.h"
 #include "runtime/memory_plan.h"
 #include "test_util.h"
@@ -121,6 +122,20 @@ TEST(Executor, BoundRunsMatchNamedRunsAndCheckTheirFeeds) {
   EXPECT_NE(error_of([&] { executor.bind({"z"}, {"y"}); }).find("'z' is not an input of the model"), std::string::npos);
   EXPECT_NE(error_of([&] { executor.bind({"x", "x"}, {"y"}); }).find("input 'x' is fed twice"), std::string::npos);
   EXPECT_NE(error_of([&] { executor.bind({"x"}, {"a"}); }).find("'a' is not an output"), std::string::npos);
+}
+
+TEST(KernelInfo, PacksOnlyConstantsNoOtherNodeReads) {
+  ir::Node conv;
+  conv.op_type = "Conv";
+  conv.inputs = {"x", "W"};
+  const Tensor w = Tensor::zeros(DType::kFloat32, {4, 3, 3, 3});
+  auto constants = [&](std::string_view name) { return name == "W" ? &w : nullptr; };
+  auto only_here = [](std::string_view) { return size_t{1}; };
+  auto also_elsewhere = [](std::string_view name) { return name == "W" ? size_t{2} : size_t{1}; };
+  EXPECT_EQ(KernelInfo(conv, 17, constants, only_here).packable_constant_input(1), &w);
+  EXPECT_EQ(KernelInfo(conv, 17, constants, also_elsewhere).packable_constant_input(1), nullptr);
+  EXPECT_EQ(KernelInfo(conv, 17, constants, also_elsewhere).constant_input(1), &w);
+  EXPECT_EQ(KernelInfo(conv, 17, constants, only_here).packable_constant_input(0), nullptr);  // not a constant
 }
 
 TEST(InferenceSession, SymbolicDimensionsMustAgreeAcrossInputs) {

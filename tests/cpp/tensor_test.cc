@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 #include <onnxtrain/tensor.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 
 namespace onnxtrain {
 namespace {
@@ -29,6 +31,25 @@ TEST(Tensor, ReshapeSharesStorageAndChecksSize) {
   EXPECT_THROW(t.data<double>(), Error);
   EXPECT_EQ(t.dim(-1), 3);
   EXPECT_THROW(t.dim(2), Error);
+}
+
+TEST(Storage, LargeBlocksAreReusedAfterTheirRelease) {
+  constexpr size_t kLarge = size_t{3} << 20;
+  const void* first = nullptr;
+  {
+    const auto block = Storage::allocate(kLarge);
+    first = block->data();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 64, 0u);
+    EXPECT_NE(reinterpret_cast<uintptr_t>(first) % 4096, 0u);  // not on a page boundary (cache sets)
+    std::fill_n(block->data(), kLarge, std::byte{7});
+  }
+  const auto again = Storage::allocate(kLarge);  // the released block, its pages already there
+  EXPECT_EQ(again->data(), first);
+  const auto other = Storage::allocate(kLarge);  // in use: a new block
+  EXPECT_NE(other->data(), first);
+  Storage::release_kept_blocks();
+  const auto small = Storage::allocate(100);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small->data()) % 64, 0u);
 }
 
 }  // namespace

@@ -519,7 +519,7 @@ void conv_transpose_loop(const ConvGeometry& g, const T* x, const T* w, const T*
 class ConvKernelBase : public OpKernel {
  public:
   ConvKernelBase(const KernelInfo& info, bool transpose)
-      : attrs_(info, transpose), transpose_(transpose), constant_w_(info.constant_input(1)) {}
+      : attrs_(info, transpose), transpose_(transpose), constant_w_(info.packable_constant_input(1)) {}
 
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(0);

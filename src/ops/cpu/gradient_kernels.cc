@@ -548,6 +548,10 @@ struct PreparedConvGrad {
   // The primitives' layouts.
   onednn::memory::desc data_diff_dst, data_wei, data_diff_src;
   onednn::memory::desc weights_src, weights_diff_dst, weights_diff_wei;
+  // Their scratchpads come from the run's scratch memory (the memory plan's arena), not
+  // from oneDNN's own allocation, which would keep the largest one (per-thread weight
+  // gradient partials: threads x the weights) resident for good.
+  onednn::memory::desc data_scratchpad, weights_scratchpad;
   bool cropped = false;  // src is a view of X without its last, unused rows
   bool ok = false;
 };
@@ -597,10 +601,10 @@ PreparedConvGrad prepare_conv_grad(const ConvShape& s) {
     dnnl::convolution_forward::primitive_desc fwd_pd(fwd, onednn::engine());
     dnnl::convolution_backward_data::desc bd(dnnl::algorithm::convolution_direct, src_any, wei_any, dst_any, strides,
                                              dilation, pad_l, pad_r);
-    dnnl::convolution_backward_data::primitive_desc bd_pd(bd, onednn::engine(), fwd_pd);
+    dnnl::convolution_backward_data::primitive_desc bd_pd(bd, onednn::primitive_attr(), onednn::engine(), fwd_pd);
     dnnl::convolution_backward_weights::desc bw(dnnl::algorithm::convolution_direct, src_any, wei_any, p.bias, dst_any,
                                                 strides, dilation, pad_l, pad_r);
-    dnnl::convolution_backward_weights::primitive_desc bw_pd(bw, onednn::engine(), fwd_pd);
+    dnnl::convolution_backward_weights::primitive_desc bw_pd(bw, onednn::primitive_attr(), onednn::engine(), fwd_pd);
     p.data = dnnl::convolution_backward_data(bd_pd);
     p.weights = dnnl::convolution_backward_weights(bw_pd);
     p.data_diff_dst = bd_pd.diff_dst_desc();
@@ -609,11 +613,25 @@ PreparedConvGrad prepare_conv_grad(const ConvShape& s) {
     p.weights_src = bw_pd.src_desc();
     p.weights_diff_dst = bw_pd.diff_dst_desc();
     p.weights_diff_wei = bw_pd.diff_weights_desc();
+    p.data_scratchpad = bd_pd.scratchpad_desc();
+    p.weights_scratchpad = bw_pd.scratchpad_desc();
     p.ok = true;
   } catch (const dnnl::error&) {
     return {};
   }
   return p;
+}
+
+// Runs `primitive` (made with onednn::primitive_attr(): a user scratchpad) on `args`, with
+// its scratchpad in `scratch` memory of the run.
+void execute_with_scratchpad(KernelContext& ctx, const dnnl::primitive& primitive,
+                             const onednn::memory::desc& scratchpad, Tensor& scratch,
+                             std::unordered_map<int, onednn::memory> args) {
+  if (scratchpad.get_size() > 0) {
+    scratch = onednn::scratch_bytes(ctx, scratchpad.get_size());
+    args.emplace(DNNL_ARG_SCRATCHPAD, onednn::wrap(scratchpad, scratch.raw_data()));
+  }
+  onednn::execute(primitive, args);
 }
 
 // `data` (plain layout `plain`) in layout `want`: itself, or a reordered scratch copy.
@@ -688,7 +706,9 @@ class ConvGradKernel final : public OpKernel {
       if (p.cropped) std::fill_n(dx->data<float>(), dx->numel(), 0.0f);  // the rows no window reads
       if (!direct) dx_scratch = onednn::scratch_bytes(ctx, p.data_diff_src.get_size());
       void* out = direct ? dx->raw_data() : dx_scratch.raw_data();
-      onednn::execute(p.data, {{DNNL_ARG_DIFF_DST, diff_dst},
+      Tensor scratchpad;
+      execute_with_scratchpad(ctx, p.data, p.data_scratchpad, scratchpad,
+                              {{DNNL_ARG_DIFF_DST, diff_dst},
                                {DNNL_ARG_WEIGHTS, weights},
                                {DNNL_ARG_DIFF_SRC, onednn::wrap(p.data_diff_src, out)}});
       if (!direct) onednn::reorder(p.data_diff_src, out, p.src, dx->raw_data());
@@ -704,10 +724,12 @@ class ConvGradKernel final : public OpKernel {
       if (!direct) dw_scratch = onednn::scratch_bytes(ctx, p.weights_diff_wei.get_size());
       void* dw_out = direct ? dw->raw_data() : dw_scratch.raw_data();
       void* db_out = db ? db->raw_data() : (db_scratch = ctx.allocate_scratch(DType::kFloat32, {s.m})).raw_data();
-      onednn::execute(p.weights, {{DNNL_ARG_SRC, src},
-                                  {DNNL_ARG_DIFF_DST, diff_dst},
-                                  {DNNL_ARG_DIFF_WEIGHTS, onednn::wrap(p.weights_diff_wei, dw_out)},
-                                  {DNNL_ARG_DIFF_BIAS, onednn::wrap(p.bias, db_out)}});
+      Tensor scratchpad;
+      execute_with_scratchpad(ctx, p.weights, p.weights_scratchpad, scratchpad,
+                              {{DNNL_ARG_SRC, src},
+                               {DNNL_ARG_DIFF_DST, diff_dst},
+                               {DNNL_ARG_DIFF_WEIGHTS, onednn::wrap(p.weights_diff_wei, dw_out)},
+                               {DNNL_ARG_DIFF_BIAS, onednn::wrap(p.bias, db_out)}});
       if (dw && !direct) onednn::reorder(p.weights_diff_wei, dw_out, p.wei, dw->raw_data());
     }
     return true;

@@ -188,7 +188,7 @@ void run_matmul(KernelContext& ctx, PreparedMatmul& p, const void* a, const void
 
 class MatMulKernel final : public OpKernel {
  public:
-  explicit MatMulKernel(const KernelInfo& info) : constant_b_(info.constant_input(1)) {}
+  explicit MatMulKernel(const KernelInfo& info) : constant_b_(info.packable_constant_input(1)) {}
 
   void compute(KernelContext& ctx) override {
     const Tensor& a = ctx.input(0);
@@ -261,7 +261,7 @@ class GemmKernel final : public OpKernel {
         alpha_(info.float_attribute("alpha", 1.0f)),
         beta_(info.float_attribute("beta", 1.0f)),
         exact_c_(info.opset() < 7 && info.int_attribute("broadcast", 0) == 0),
-        constant_b_(info.constant_input(1)) {}
+        constant_b_(info.packable_constant_input(1)) {}
 
   void compute(KernelContext& ctx) override {
     const Tensor& a = ctx.input(0);
