@@ -58,7 +58,9 @@ std::unique_ptr<InferenceSession> make_session(nb::object model, int threads) {
 
 // Runs the session on numpy feeds. Arrays named in `bfloat16_inputs` hold bfloat16 bits as
 // uint16 (numpy has no bfloat16). Returns (array, ONNX dtype code) per output.
-nb::list run_session(InferenceSession& session, const std::vector<std::string>& output_names, nb::dict feeds,
+// (the outputs as numpy arrays, the positions of the bfloat16 ones among them: numpy holds
+// those as uint16)
+nb::tuple run_session(InferenceSession& session, const std::vector<std::string>& output_names, nb::dict feeds,
                      const std::vector<std::string>& bfloat16_inputs) {
   NamedTensors tensors;
   std::vector<HostArray> arrays;  // keeps the borrowed memory alive through the run
@@ -84,11 +86,12 @@ nb::list run_session(InferenceSession& session, const std::vector<std::string>& 
     outputs = session.run(tensors, output_names);
   }
   nb::list result;
-  for (Tensor& t : outputs) {
-    const int code = static_cast<int>(t.dtype());
-    result.append(nb::make_tuple(to_numpy(std::move(t)), code));
+  nb::list bfloat16_outputs;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].dtype() == DType::kBFloat16) bfloat16_outputs.append(i);
+    result.append(to_numpy(std::move(outputs[i])));
   }
-  return result;
+  return nb::make_tuple(result, bfloat16_outputs);
 }
 
 }  // namespace

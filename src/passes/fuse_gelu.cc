@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "autodiff/functions.h"
+#include "passes/value_reads.h"
 
 namespace onnxtrain::passes {
 namespace {
@@ -59,23 +60,17 @@ constexpr int64_t kStandardGeluOpset = 20;
 // and the scalar constants.
 class GraphIndex {
  public:
-  GraphIndex(const ir::Graph& graph, std::span<const std::string> keep) : graph_(graph) {
-    for (const std::string& value : keep) ++reads_[value];
+  GraphIndex(const ir::Graph& graph, std::span<const std::string> keep)
+      : graph_(graph), reads_(count_reads(graph, keep)) {
     for (size_t i = 0; i < graph.nodes.size(); ++i) {
       const ir::Node& node = graph.nodes[i];
-      for (const std::string& in : node.inputs) ++reads_[in];
       for (const std::string& out : node.outputs) producer_[out] = i;
-      for (const ir::Attribute& a : node.attributes) {
-        if (a.g) count_subgraph_reads(*a.g);
-        for (const auto& g : a.graphs) count_subgraph_reads(*g);
-      }
       if (node.op_type == "Constant" && node.domain.empty() && node.outputs.size() == 1 && node.attributes.size() == 1) {
         const ir::Attribute& a = node.attributes[0];
         if (a.name == "value" && a.t.defined() && a.t.numel() == 1) scalars_[node.outputs[0]] = a.t.item_as_double();
         if (a.name == "value_float") scalars_[node.outputs[0]] = a.f;
       }
     }
-    for (const ir::ValueInfo& v : graph.outputs) ++reads_[v.name];
     std::unordered_set<std::string> inputs;
     for (const ir::ValueInfo& v : graph.inputs) inputs.insert(v.name);
     for (const auto& [name, tensor] : graph.initializers) {
@@ -118,7 +113,6 @@ class GraphIndex {
     return std::nullopt;
   }
 
-  size_t index_of(const ir::Node& node) const { return static_cast<size_t>(&node - graph_.nodes.data()); }
   size_t reads(const std::string& value) const {
     auto it = reads_.find(value);
     return it == reads_.end() ? 0 : it->second;
@@ -128,18 +122,6 @@ class GraphIndex {
   static bool is_float(DType dtype) {
     return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 ||
            dtype == DType::kBFloat16;
-  }
-  // Values a subgraph reads from the enclosing scope count as read (names a subgraph
-  // defines itself are counted too, which can only make the pass more careful).
-  void count_subgraph_reads(const ir::Graph& graph) {
-    for (const ir::Node& node : graph.nodes) {
-      for (const std::string& in : node.inputs) ++reads_[in];
-      for (const ir::Attribute& a : node.attributes) {
-        if (a.g) count_subgraph_reads(*a.g);
-        for (const auto& g : a.graphs) count_subgraph_reads(*g);
-      }
-    }
-    for (const ir::ValueInfo& v : graph.outputs) ++reads_[v.name];
   }
 
   const ir::Graph& graph_;

@@ -3,6 +3,7 @@
 
 #include "ir/onnx_io.h"
 #include "ops/kernel.h"
+#include "passes/fuse_conv_relu.h"
 #include "runtime/executor.h"
 #include "runtime/memory_plan.h"
 #include "test_util.h"
@@ -122,6 +123,29 @@ TEST(Executor, BoundRunsMatchNamedRunsAndCheckTheirFeeds) {
   EXPECT_NE(error_of([&] { executor.bind({"z"}, {"y"}); }).find("'z' is not an input of the model"), std::string::npos);
   EXPECT_NE(error_of([&] { executor.bind({"x", "x"}, {"y"}); }).find("input 'x' is fed twice"), std::string::npos);
   EXPECT_NE(error_of([&] { executor.bind({"x"}, {"a"}); }).find("'a' is not an output"), std::string::npos);
+}
+
+TEST(Passes, ConvReluFusesOnlyWhenTheRelusTheOnlyReader) {
+  auto conv_relu = [](bool conv_is_output) {
+    onnx::ModelProto m = model();
+    auto* g = m.mutable_graph();
+    *g->add_input() = tensor_value("x", 1, {"1", "1", "4", "4"});
+    *g->add_input() = tensor_value("w", 1, {"2", "1", "3", "3"});
+    *g->add_output() = tensor_value("y", 1, {"1", "2", "2", "2"});
+    if (conv_is_output) *g->add_output() = tensor_value("c", 1, {"1", "2", "2", "2"});
+    *g->add_node() = node("Conv", {"x", "w"}, {"c"});
+    *g->add_node() = node("Relu", {"c"}, {"y"});
+    return ir::load_model(as_span(bytes_of(m)));
+  };
+  ir::Model fused = conv_relu(false);
+  EXPECT_EQ(passes::fuse_conv_relu(fused), 1u);
+  ASSERT_EQ(fused.graph.nodes.size(), 1u);
+  EXPECT_EQ(fused.graph.nodes[0].op_type, "FusedConv");
+  EXPECT_EQ(fused.graph.nodes[0].outputs, std::vector<std::string>{"y"});
+  ASSERT_NE(fused.graph.nodes[0].attribute("activation"), nullptr);
+  ir::Model kept = conv_relu(true);
+  EXPECT_EQ(passes::fuse_conv_relu(kept), 0u);
+  EXPECT_EQ(kept.graph.nodes.size(), 2u);
 }
 
 TEST(KernelInfo, PacksOnlyConstantsNoOtherNodeReads) {

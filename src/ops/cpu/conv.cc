@@ -314,11 +314,16 @@ double conv_flops(const ConvGeometry& g, bool transpose) {
   return 2.0 * (transpose ? static_cast<double>(g.n * g.c * shape_size(g.in)) : outputs) * per_output;
 }
 
-PreparedConv prepare_conv(const ConvGeometry& g, memory::data_type type, bool has_bias, bool transpose,
+PreparedConv prepare_conv(const ConvGeometry& g, memory::data_type type, bool has_bias, bool transpose, bool relu,
                           const void* constant_weights, int threads) {
   const int used = onednn::threads_for(conv_flops(g, transpose), onednn::kFlopsPerThread, threads);
   onednn::ThreadScope scope(used);
-  const dnnl::primitive_attr attr = onednn::primitive_attr();
+  dnnl::primitive_attr attr = onednn::primitive_attr();
+  if (relu) {
+    dnnl::post_ops ops;
+    ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+    attr.set_post_ops(ops);
+  }
   const memory::dims src_dims = [&] {
     memory::dims d = {g.n, g.c};
     d.insert(d.end(), g.in.begin(), g.in.end());
@@ -519,7 +524,10 @@ void conv_transpose_loop(const ConvGeometry& g, const T* x, const T* w, const T*
 class ConvKernelBase : public OpKernel {
  public:
   ConvKernelBase(const KernelInfo& info, bool transpose)
-      : attrs_(info, transpose), transpose_(transpose), constant_w_(info.packable_constant_input(1)) {}
+      : attrs_(info, transpose),
+        transpose_(transpose),
+        relu_(fused_relu(info)),
+        constant_w_(info.packable_constant_input(1)) {}
 
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
@@ -535,16 +543,33 @@ class ConvKernelBase : public OpKernel {
     dispatch<float, double, Float16, BFloat16>(x.dtype(), ctx.node().op_type, [&]<typename T>() {
       if constexpr (std::is_same_v<T, double>) {
         run_loop<T>(g, x, w, bias, y);
+        if (relu_) apply_relu<T>(y);
+      } else if (g.c == 0 || x.numel() == 0) {
+        run_loop<T>(g, x, w, bias, y);  // no input: only the bias
+        if (relu_) apply_relu<T>(y);
       } else {
-        if (g.c == 0 || x.numel() == 0)
-          run_loop<T>(g, x, w, bias, y);  // no input: only the bias
-        else
-          run_onednn(ctx, g, x, w, bias, y);
+        run_onednn(ctx, g, x, w, bias, y);  // with the ReLU post-op
       }
     });
   }
 
  private:
+  // org.onnxtrain::FusedConv (passes/fuse_conv_relu.h) carries activation "Relu".
+  static bool fused_relu(const KernelInfo& info) {
+    const std::string activation = info.string_attribute("activation", "");
+    if (!activation.empty() && activation != "Relu") {
+      info.fail("attribute 'activation' is '" + activation + "'; onnxtrain fuses only 'Relu'");
+    }
+    return !activation.empty();
+  }
+
+  template <typename T>
+  static void apply_relu(Tensor& y) {
+    using C = compute_type_t<T>;
+    T* p = y.data<T>();
+    for (int64_t i = 0; i < y.numel(); ++i) p[i] = static_cast<C>(p[i]) > C(0) ? p[i] : T(0.0f);
+  }
+
   template <typename T>
   void run_loop(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) const {
     using C = compute_type_t<T>;
@@ -598,7 +623,7 @@ class ConvKernelBase : public OpKernel {
         converted = native ? *constant_w_ : onednn::float32_copy(*constant_w_);
         constant = converted.raw_data();
       }
-      return prepare_conv(inner, type, bias != nullptr, transpose_, constant, ctx.num_threads());
+      return prepare_conv(inner, type, bias != nullptr, transpose_, relu_, constant, ctx.num_threads());
     });
 
     const Tensor xs = native ? x : onednn::to_float32(ctx, x);
@@ -647,6 +672,7 @@ class ConvKernelBase : public OpKernel {
 
   ConvAttributes attrs_;
   bool transpose_;
+  bool relu_;
   const Tensor* constant_w_;
   std::vector<int64_t> key_;  // the cache key, rebuilt in place each run
   onednn::ShapeCache<PreparedConv> cache_;
@@ -654,6 +680,9 @@ class ConvKernelBase : public OpKernel {
 
 const KernelRegistration kConv{"", "Conv", 1, kLatestOpset,
                                [](const KernelInfo& info) { return std::make_unique<ConvKernelBase>(info, false); }};
+const KernelRegistration kFusedConv{"org.onnxtrain", "FusedConv", 1, kLatestOpset, [](const KernelInfo& info) {
+                                      return std::make_unique<ConvKernelBase>(info, false);
+                                    }};
 const KernelRegistration kConvTranspose{"", "ConvTranspose", 1, kLatestOpset, [](const KernelInfo& info) {
                                           return std::make_unique<ConvKernelBase>(info, true);
                                         }};

@@ -81,9 +81,9 @@ inline int threads_for(double work, double per_thread, int available) {
 // machine a lower bound pays (joining a thread costs a few microseconds), but on cores
 // shared with other processes every parallel region risks waiting milliseconds for a
 // descheduled thread, so only work that gains tens of microseconds is split.
-inline constexpr double kFlopsPerThread = 2e6;
+inline constexpr double kFlopsPerThread = 1e6;
 // Bytes per thread for memory-bound primitives (reorders, pooling): about 50 us of copying.
-inline constexpr double kBytesPerThread = 512 * 1024;
+inline constexpr double kBytesPerThread = 128 * 1024;
 
 // Sets the calling thread's OpenMP thread count for a scope. oneDNN splits a primitive's
 // work for the thread count when the primitive is created and runs its loops with the

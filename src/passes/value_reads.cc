@@ -1,0 +1,26 @@
+#include "passes/value_reads.h"
+
+namespace onnxtrain::passes {
+namespace {
+
+void count_graph(const ir::Graph& graph, std::unordered_map<std::string, size_t>& reads) {
+  for (const ir::Node& node : graph.nodes) {
+    for (const std::string& in : node.inputs) ++reads[in];
+    for (const ir::Attribute& a : node.attributes) {
+      if (a.g) count_graph(*a.g, reads);
+      for (const auto& g : a.graphs) count_graph(*g, reads);
+    }
+  }
+  for (const ir::ValueInfo& v : graph.outputs) ++reads[v.name];
+}
+
+}  // namespace
+
+std::unordered_map<std::string, size_t> count_reads(const ir::Graph& graph, std::span<const std::string> keep) {
+  std::unordered_map<std::string, size_t> reads;
+  for (const std::string& value : keep) ++reads[value];
+  count_graph(graph, reads);
+  return reads;
+}
+
+}  // namespace onnxtrain::passes

