@@ -11,6 +11,7 @@
 #include <set>
 
 #include "ops/kernel_registry.h"
+#include "passes/fold_batch_norm.h"
 #include "passes/fuse_conv_relu.h"
 #include "passes/fuse_gelu.h"
 #include "passes/inline_functions.h"
@@ -181,6 +182,7 @@ Executor::Executor(ir::Model model, SessionOptions options) : model_(std::move(m
     return registry.find(node.domain, node.op_type, opset) != nullptr;
   });
   passes::fuse_gelu(model_);
+  passes::fold_batch_norm_into_conv(model_);
   passes::fuse_conv_relu(model_);
   passes::constants_to_initializers(model_);
 

@@ -3,6 +3,7 @@
 
 #include "ir/onnx_io.h"
 #include "ops/kernel.h"
+#include "passes/fold_batch_norm.h"
 #include "passes/fuse_conv_relu.h"
 #include "runtime/executor.h"
 #include "runtime/memory_plan.h"
@@ -146,6 +147,48 @@ TEST(Passes, ConvReluFusesOnlyWhenTheRelusTheOnlyReader) {
   ir::Model kept = conv_relu(true);
   EXPECT_EQ(passes::fuse_conv_relu(kept), 0u);
   EXPECT_EQ(kept.graph.nodes.size(), 2u);
+}
+
+TEST(Passes, BatchNormalizationFoldsIntoAConvWithConstantParameters) {
+  auto conv_bn = [](bool training) {
+    onnx::ModelProto m = model();
+    auto* g = m.mutable_graph();
+    *g->add_input() = tensor_value("x", 1, {"1", "1", "4", "4"});
+    *g->add_output() = tensor_value("y", 1, {"1", "2", "2", "2"});
+    const std::vector<std::pair<std::string, std::vector<int64_t>>> params = {
+        {"w", {2, 1, 3, 3}}, {"scale", {2}}, {"bias", {2}}, {"mean", {2}}, {"var", {2}}};
+    for (const auto& [name, dims] : params) {
+      auto* t = g->add_initializer();
+      t->set_name(name);
+      t->set_data_type(1);
+      int64_t n = 1;
+      for (int64_t d : dims) {
+        t->add_dims(d);
+        n *= d;
+      }
+      for (int64_t i = 0; i < n; ++i) t->add_float_data(1.0f);
+    }
+    *g->add_node() = node("Conv", {"x", "w"}, {"c"});
+    onnx::NodeProto bn = node("BatchNormalization", {"c", "scale", "bias", "mean", "var"}, {"y"});
+    if (training) {
+      auto* a = bn.add_attribute();
+      a->set_name("training_mode");
+      a->set_type(onnx::AttributeProto::INT);
+      a->set_i(1);
+    }
+    *g->add_node() = bn;
+    return ir::load_model(as_span(bytes_of(m)));
+  };
+  ir::Model folded = conv_bn(false);
+  EXPECT_EQ(passes::fold_batch_norm_into_conv(folded), 1u);
+  ASSERT_EQ(folded.graph.nodes.size(), 1u);
+  EXPECT_EQ(folded.graph.nodes[0].op_type, "Conv");
+  EXPECT_EQ(folded.graph.nodes[0].outputs, std::vector<std::string>{"y"});
+  EXPECT_EQ(folded.graph.nodes[0].inputs.size(), 3u);  // gains a bias
+  EXPECT_EQ(folded.graph.initializers.size(), 2u);     // the folded weights and bias only
+  ir::Model training = conv_bn(true);
+  EXPECT_EQ(passes::fold_batch_norm_into_conv(training), 0u);
+  EXPECT_EQ(training.graph.nodes.size(), 2u);
 }
 
 TEST(KernelInfo, PacksOnlyConstantsNoOtherNodeReads) {

@@ -1,9 +1,10 @@
 """The executor's own rewrites (src/passes): results equal the unfused graph's.
 
-InferenceSession fuses Conv + Relu into org.onnxtrain::FusedConv (oneDNN's ReLU post-op)
-and spelled-out GELU into one Gelu node; these run each pattern, fused and where a reader
-outside the pattern keeps it from fusing, against onnxruntime (float32) and onnx.reference
-(float64, which onnxruntime's Conv lacks).
+InferenceSession folds an inference-mode BatchNormalization into the Conv before it, fuses
+Conv + Relu into org.onnxtrain::FusedConv (oneDNN's ReLU post-op) and spelled-out GELU into
+one Gelu node; these run each pattern, rewritten and where something outside the pattern
+keeps it as it is, against onnxruntime (float32) and onnx.reference (float64, which
+onnxruntime's Conv lacks).
 """
 
 from __future__ import annotations
@@ -54,3 +55,50 @@ def test_conv_relu(dtype: type, conv_output_also_read: bool, relu_is_output: boo
     for a, b in zip(ours, theirs):
         np.testing.assert_allclose(a, b, **tolerance)
     assert (ours[0] >= 0).all() if relu_is_output else (ours[0] <= 0).all()
+
+
+def conv_batch_norm(dtype: type, variant: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """Conv -> BatchNormalization -> Relu; `variant` keeps the normalization from folding or not."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    m = 5
+    params = {
+        "W": rng.standard_normal((m, 2, 3, 3)).astype(dtype),
+        "B": rng.standard_normal(m).astype(dtype),
+        "scale": rng.uniform(0.5, 2.0, m).astype(dtype),
+        "bias": rng.standard_normal(m).astype(dtype),
+        "mean": rng.standard_normal(m).astype(dtype),
+        "var": rng.uniform(0.1, 3.0, m).astype(dtype),
+    }
+    if variant == "no-conv-bias":
+        del params["B"]
+    feeds = {"x": rng.standard_normal((3, 2, 6, 6)).astype(dtype)}
+    conv_inputs = ["x", "W"] + (["B"] if "B" in params else [])
+    nodes = [helper.make_node("Conv", conv_inputs, ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["n"], epsilon=1e-3),
+             helper.make_node("Relu", ["n"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", elem, ["batch", 2, 6, 6])]
+    initializers = [numpy_helper.from_array(v, k) for k, v in params.items()]
+    if variant == "mean-fed":  # a graph input: not a constant
+        inputs.append(helper.make_tensor_value_info("mean", elem, [m]))
+        initializers = [i for i in initializers if i.name != "mean"]
+        feeds["mean"] = params["mean"]
+    outputs = ["y", "c"] if variant == "conv-output-read" else ["y"]
+    graph = helper.make_graph(nodes, "conv_bn", inputs, [helper.make_tensor_value_info(o, elem, None) for o in outputs],
+                              initializers)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), feeds
+
+
+@pytest.mark.parametrize("variant", ["folds", "no-conv-bias", "mean-fed", "conv-output-read"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_conv_batch_norm(dtype: type, variant: str) -> None:
+    model, feeds = conv_batch_norm(dtype, variant)
+    ours = onnxtrain.InferenceSession(model.SerializeToString()).run(None, feeds)
+    if dtype == np.float32:
+        theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+        tolerance = dict(rtol=1e-5, atol=1e-5)
+    else:
+        theirs = ReferenceEvaluator(model).run(None, feeds)
+        tolerance = dict(rtol=1e-12, atol=1e-12)
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, **tolerance)
