@@ -8,6 +8,7 @@
 // The global pools are plain per-channel reductions.
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/dispatch.h"
 #include "ops/cpu/onednn.h"
@@ -272,6 +273,35 @@ void plain_max_pool_loop(const PoolGeometry& g, const T* x, T* y, int64_t* indic
   });
 }
 
+// MaxPool 2 x 2 with stride 2 and no Indices, every window inside the input: the most
+// common pool of CNNs. oneDNN's kernel for plain NCHW takes 3.3 us for 8 x 32 x 32 floats
+// (the small CNN's first pool at batch 1); the maximum of each row pair, then of each
+// column pair, vectorizes and takes about a third of that.
+bool is_max_pool_2x2(const PoolAttributes& a, const PoolGeometry& g, bool want_indices) {
+  return plain_max_pool(a, g) && !want_indices && g.kernel[1] == 2 && g.kernel[2] == 2 && g.stride[1] == 2 &&
+         g.stride[2] == 2;
+}
+
+template <typename T>
+void max_pool_2x2(const PoolGeometry& g, const T* x, T* y) {
+  const int64_t width = g.in[2], is = g.in_size(), os = g.out_size(), out_w = g.out[2];
+  parallel_for(g.n * g.c, std::max<int64_t>(1, 16384 / std::max<int64_t>(is, 1)), [&](int64_t begin, int64_t end) {
+    std::vector<T> pair_max(static_cast<size_t>(2 * out_w));
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const T* xp = x + plane * is;
+      T* yp = y + plane * os;
+      for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+        const T* top = xp + 2 * oh * width;
+        const T* bottom = top + width;
+        T* m = pair_max.data();
+        for (int64_t w = 0; w < 2 * out_w; ++w) m[w] = bottom[w] > top[w] ? bottom[w] : top[w];
+        T* row = yp + oh * out_w;
+        for (int64_t ow = 0; ow < out_w; ++ow) row[ow] = m[2 * ow + 1] > m[2 * ow] ? m[2 * ow + 1] : m[2 * ow];
+      }
+    }
+  });
+}
+
 // ---- oneDNN ----
 
 // oneDNN derives the output size from the pads, floor((in + pads - extent) / stride) + 1:
@@ -332,6 +362,10 @@ class PoolKernel final : public OpKernel {
     Tensor* indices = want_indices ? &ctx.allocate_output(1, DType::kInt64, g.out_shape) : nullptr;
     if (y.numel() == 0) return;
     if (g.in_size() == 0) ctx.fail("X " + shape_string(x.shape()) + " has an empty spatial axis");
+    if (x.dtype() == DType::kFloat32 && is_max_pool_2x2(attrs_, g, want_indices)) {
+      max_pool_2x2(g, x.data<float>(), y.data<float>());
+      return;
+    }
     if (use_onednn(x.dtype(), g, want_indices)) {
       const memory::data_type type = *onednn::data_type(x.dtype());
       key_.clear();

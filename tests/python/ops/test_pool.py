@@ -26,6 +26,13 @@ def test_maxpool_1d_2d_3d(shape, kernel):
     pool("MaxPool", randn(*shape), kernel_shape=kernel)
 
 
+@pytest.mark.parametrize("shape", [(2, 3, 8, 8), (1, 4, 7, 9), (3, 1, 2, 2), (2, 2, 33, 17)])
+def test_maxpool_2x2_stride_2(shape):
+    """The common CNN pool has its own loop (odd sizes drop the last row and column)."""
+    pool("MaxPool", randn(*shape), kernel_shape=[2, 2], strides=[2, 2])
+    pool("MaxPool", randn(*shape), kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+
+
 def test_maxpool_strides_pads_dilations():
     pool("MaxPool", randn(2, 3, 12, 11), kernel_shape=[3, 3], strides=[2, 1], pads=[1, 0, 2, 1], dilations=[2, 1])
 
