@@ -4,6 +4,7 @@
 #include <set>
 #include <span>
 
+#include "core/dispatch.h"
 #include "ir/onnx_io.h"
 #include "runtime/executor.h"
 #include "training/model_interface.h"
@@ -30,9 +31,12 @@ std::string metadata(const ir::Model& model, std::string_view key) {
 }
 
 // A scalar of `dtype` (float32 or float64) holding `value`.
-Tensor real_scalar(DType dtype, double value) {
-  if (dtype == DType::kFloat64) return Tensor::scalar<double>(value);
-  return Tensor::scalar<float>(static_cast<float>(value));
+// `scalar` holding `value` as `dtype`: written in place once it has that type (a step
+// allocates nothing for its scalars).
+void set_scalar(Tensor& scalar, DType dtype, double value) {
+  if (!scalar.defined() || scalar.dtype() != dtype) scalar = Tensor::zeros(dtype, {});
+  dispatch<float, double, int64_t>(dtype, "optimizer scalar",
+                                   [&]<typename T>() { scalar.data<T>()[0] = static_cast<T>(value); });
 }
 
 }  // namespace
@@ -136,8 +140,9 @@ void Optimizer::step() {
   const int64_t step = optimizer.step + 1;
 
   const std::span<Parameter> parameters = state.parameters();
-  m.feeds[0].second = real_scalar(m.learning_rate_dtype, optimizer.learning_rate);
-  m.feeds[1].second = Tensor::scalar<int64_t>(step);
+  set_scalar(m.feeds[0].second, m.learning_rate_dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32,
+             optimizer.learning_rate);
+  set_scalar(m.feeds[1].second, DType::kInt64, static_cast<double>(step));
   size_t slot = 2;
   size_t destination = 0;
   for (size_t i = 0; i < m.parameters.size(); ++i) {

@@ -210,6 +210,14 @@ const KernelRegistration kReduceToShape{
           return;
         }
         Tensor& out = ctx.allocate_output(0, grad.dtype(), target);
+        const size_t lead = grad.rank() - target.size();
+        if (std::equal(target.begin(), target.end(), grad.shape().begin() + static_cast<int64_t>(lead))) {
+          // A bias broadcast over leading axes (Gemm, MatMul + Add): the sums of the rows.
+          const int64_t cols = out.numel(), rows = cols ? grad.numel() / cols : 0;
+          dispatch<GRAD_FLOAT_TYPES>(grad.dtype(), "ReduceToShape",
+                                     [&]<typename T>() { sum_rows(grad.data<T>(), out.data<T>(), rows, cols); });
+          return;
+        }
         dispatch<GRAD_FLOAT_TYPES>(grad.dtype(), "ReduceToShape",
                                    [&]<typename T>() { reduce_to_shape<T>(grad, out, aligned); });
       });

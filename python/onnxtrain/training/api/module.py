@@ -102,13 +102,16 @@ class Module:
 
     def __call__(self, *user_inputs: Any) -> Any:
         run = self._module.train_step if self.training else self._module.eval_step
-        if all(type(v) is np.ndarray for v in user_inputs):
+        for v in user_inputs:
+            if type(v) is not np.ndarray:
+                break
+        else:
             # The common case, kept short: a step of a small model takes tens of microseconds.
             # The engine reads any C-contiguous array in place and asks for a copy of others.
             outputs = run([v if v.flags.c_contiguous else np.ascontiguousarray(v) for v in user_inputs])
-        else:
-            framework = _Framework.of(user_inputs)
-            outputs = [_as_framework(a, framework) for a in run([_as_engine_input(v) for v in user_inputs])]
+            return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        framework = _Framework.of(user_inputs)
+        outputs = [_as_framework(a, framework) for a in run([_as_engine_input(v) for v in user_inputs])]
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def input_names(self) -> list[str]:
