@@ -5,7 +5,11 @@ onnxruntime has no float64 Conv), float16 2e-3 against the float32 result rounde
 float16 (onnxtrain computes float16 in float32), bfloat16 3e-2 against float32."""
 
 import numpy as np
+import onnxruntime as ort
 import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxtrain
 
 from op_harness import check_op
 
@@ -76,6 +80,36 @@ def test_depthwise_conv():
 
 def test_pointwise_conv():
     conv(randn(2, 16, 7, 7), randn(24, 16, 1, 1), constants=["w"])
+
+
+@pytest.mark.parametrize("strides", [[1, 1], [2, 2], [2, 1]])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("constant_w", [False, True])
+def test_pointwise_conv_as_matmul(strides, bias, constant_w):
+    """1x1 convolutions with 16 or more output pixels run as W x X[n] (strided: X subsampled)."""
+    x = randn(3, 24, 9, 10)
+    w = randn(40, 24, 1, 1)
+    b = randn(40) if bias else None
+    conv(x, w, b, strides=strides, constants=("w",) if constant_w else ())
+
+
+def test_pointwise_conv_with_few_pixels_and_fused_relu():
+    """Below 16 output pixels the blocked convolution serves; both paths give the Relu fusion."""
+    for shape in [(1, 32, 4, 4), (1, 32, 8, 8)]:
+        check_relu_after_pointwise(randn(*shape), randn(48, 32, 1, 1), randn(48))
+
+
+def check_relu_after_pointwise(x, w, b):
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[2, 2]), helper.make_node("Relu", ["c"], ["y"])],
+        "pointwise_relu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    ours = onnxtrain.InferenceSession(model).run(None, {"x": x})[0]
+    theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+    assert (ours >= 0).all()
 
 
 def test_first_layer_three_channels_stride_two():
