@@ -15,6 +15,7 @@
 #include "passes/fuse_conv_relu.h"
 #include "passes/fuse_gelu.h"
 #include "passes/inline_functions.h"
+#include "passes/value_reads.h"
 
 namespace onnxtrain::runtime {
 namespace {
@@ -238,12 +239,9 @@ void Executor::create_steps() {
     return graph.initializer(name);
   };
 
-  std::unordered_map<std::string_view, size_t> reads;  // node inputs reading each value
-  for (const ir::Node& node : graph.nodes) {
-    for (const std::string& in : node.inputs) ++reads[in];
-  }
+  const std::unordered_map<std::string, size_t> reads = passes::count_reads(graph);
   auto readers = [&](std::string_view name) -> size_t {
-    auto it = reads.find(name);
+    auto it = reads.find(std::string(name));
     return it == reads.end() ? 0 : it->second;
   };
 

@@ -549,17 +549,15 @@ void bias_grad(const ConvShape& s, const T* dy, T* db) {
 // compute in layouts oneDNN picks (channel-blocked, several times faster than plain NCHW);
 // inputs and outputs are reordered from and to the plain layouts.
 struct PreparedConvGrad {
-  dnnl::convolution_backward_data data;
-  dnnl::convolution_backward_weights weights;
+  // With their arguments declared; their scratchpads come from the run's scratch memory
+  // (the memory plan's arena), not from oneDNN's own allocation, which would keep the
+  // largest one (per-thread weight gradient partials: threads x the weights) resident.
+  onednn::Primitive data, weights;
   // Plain (user) layouts.
   onednn::memory::desc src, wei, dst, bias;
   // The primitives' layouts.
   onednn::memory::desc data_diff_dst, data_wei, data_diff_src;
   onednn::memory::desc weights_src, weights_diff_dst, weights_diff_wei;
-  // Their scratchpads come from the run's scratch memory (the memory plan's arena), not
-  // from oneDNN's own allocation, which would keep the largest one (per-thread weight
-  // gradient partials: threads x the weights) resident for good.
-  onednn::memory::desc data_scratchpad, weights_scratchpad;
   bool cropped = false;  // src is a view of X without its last, unused rows
   bool ok = false;
 };
@@ -613,16 +611,22 @@ PreparedConvGrad prepare_conv_grad(const ConvShape& s) {
     dnnl::convolution_backward_weights::desc bw(dnnl::algorithm::convolution_direct, src_any, wei_any, p.bias, dst_any,
                                                 strides, dilation, pad_l, pad_r);
     dnnl::convolution_backward_weights::primitive_desc bw_pd(bw, onednn::primitive_attr(), onednn::engine(), fwd_pd);
-    p.data = dnnl::convolution_backward_data(bd_pd);
-    p.weights = dnnl::convolution_backward_weights(bw_pd);
     p.data_diff_dst = bd_pd.diff_dst_desc();
     p.data_wei = bd_pd.weights_desc();
     p.data_diff_src = bd_pd.diff_src_desc();
     p.weights_src = bw_pd.src_desc();
     p.weights_diff_dst = bw_pd.diff_dst_desc();
     p.weights_diff_wei = bw_pd.diff_weights_desc();
-    p.data_scratchpad = bd_pd.scratchpad_desc();
-    p.weights_scratchpad = bw_pd.scratchpad_desc();
+    const int threads = omp_get_max_threads();  // what the primitives were created for
+    p.data = onednn::Primitive(dnnl::convolution_backward_data(bd_pd), bd_pd, threads);
+    p.data.add_argument(DNNL_ARG_DIFF_DST, p.data_diff_dst);
+    p.data.add_argument(DNNL_ARG_WEIGHTS, p.data_wei);
+    p.data.add_argument(DNNL_ARG_DIFF_SRC, p.data_diff_src);
+    p.weights = onednn::Primitive(dnnl::convolution_backward_weights(bw_pd), bw_pd, threads);
+    p.weights.add_argument(DNNL_ARG_SRC, p.weights_src);
+    p.weights.add_argument(DNNL_ARG_DIFF_DST, p.weights_diff_dst);
+    p.weights.add_argument(DNNL_ARG_DIFF_WEIGHTS, p.weights_diff_wei);
+    p.weights.add_argument(DNNL_ARG_DIFF_BIAS, p.bias);
     p.ok = true;
   } catch (const dnnl::error&) {
     return {};
@@ -630,25 +634,13 @@ PreparedConvGrad prepare_conv_grad(const ConvShape& s) {
   return p;
 }
 
-// Runs `primitive` (made with onednn::primitive_attr(): a user scratchpad) on `args`, with
-// its scratchpad in `scratch` memory of the run.
-void execute_with_scratchpad(KernelContext& ctx, const dnnl::primitive& primitive,
-                             const onednn::memory::desc& scratchpad, Tensor& scratch,
-                             std::unordered_map<int, onednn::memory> args) {
-  if (scratchpad.get_size() > 0) {
-    scratch = onednn::scratch_bytes(ctx, scratchpad.get_size());
-    args.emplace(DNNL_ARG_SCRATCHPAD, onednn::wrap(scratchpad, scratch.raw_data()));
-  }
-  onednn::execute(primitive, args);
-}
-
 // `data` (plain layout `plain`) in layout `want`: itself, or a reordered scratch copy.
-onednn::memory in_layout(KernelContext& ctx, const onednn::memory::desc& plain, const onednn::memory::desc& want,
-                         const void* data, Tensor& scratch) {
-  if (plain == want) return onednn::wrap(want, data);
+const void* in_layout(KernelContext& ctx, const onednn::memory::desc& plain, const onednn::memory::desc& want,
+                      const void* data, Tensor& scratch) {
+  if (plain == want) return data;
   scratch = onednn::scratch_bytes(ctx, want.get_size());
   onednn::reorder(plain, data, want, scratch.raw_data());
-  return onednn::wrap(want, scratch.raw_data());
+  return scratch.raw_data();
 }
 
 class ConvGradKernel final : public OpKernel {
@@ -702,42 +694,36 @@ class ConvGradKernel final : public OpKernel {
     onednn::append_key(key, dy);
     onednn::append_key(key, x);
     onednn::append_key(key, w);
-    const PreparedConvGrad& p = cache_.get(key, [&] { return prepare_conv_grad(s); });
+    PreparedConvGrad& p = cache_.get(key, [&] { return prepare_conv_grad(s); });
     if (!p.ok) return false;
     // dY in the data pass's layout; the weights pass reuses it when it wants the same one.
     Tensor dy_scratch;
     if (dx) {
       Tensor w_scratch, dx_scratch;
-      const auto diff_dst = in_layout(ctx, p.dst, p.data_diff_dst, dy.raw_data(), dy_scratch);
-      const auto weights = in_layout(ctx, p.wei, p.data_wei, w.raw_data(), w_scratch);
+      const void* diff_dst = in_layout(ctx, p.dst, p.data_diff_dst, dy.raw_data(), dy_scratch);
+      const void* weights = in_layout(ctx, p.wei, p.data_wei, w.raw_data(), w_scratch);
       const bool direct = p.data_diff_src == p.src;
       if (p.cropped) std::fill_n(dx->data<float>(), dx->numel(), 0.0f);  // the rows no window reads
       if (!direct) dx_scratch = onednn::scratch_bytes(ctx, p.data_diff_src.get_size());
       void* out = direct ? dx->raw_data() : dx_scratch.raw_data();
-      Tensor scratchpad;
-      execute_with_scratchpad(ctx, p.data, p.data_scratchpad, scratchpad,
-                              {{DNNL_ARG_DIFF_DST, diff_dst},
-                               {DNNL_ARG_WEIGHTS, weights},
-                               {DNNL_ARG_DIFF_SRC, onednn::wrap(p.data_diff_src, out)}});
+      p.data.run(ctx, {{DNNL_ARG_DIFF_DST, diff_dst}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DIFF_SRC, out}});
       if (!direct) onednn::reorder(p.data_diff_src, out, p.src, dx->raw_data());
     }
     if (dw || db) {
       Tensor dy_weights_scratch, x_scratch, dw_scratch, db_scratch;
       const bool reuse = dx && p.weights_diff_dst == p.data_diff_dst;
       const void* dy_data = reuse && dy_scratch.defined() ? dy_scratch.raw_data() : dy.raw_data();
-      const auto diff_dst = reuse ? onednn::wrap(p.weights_diff_dst, dy_data)
-                                  : in_layout(ctx, p.dst, p.weights_diff_dst, dy.raw_data(), dy_weights_scratch);
-      const auto src = in_layout(ctx, p.src, p.weights_src, x.raw_data(), x_scratch);
+      const void* diff_dst =
+          reuse ? dy_data : in_layout(ctx, p.dst, p.weights_diff_dst, dy.raw_data(), dy_weights_scratch);
+      const void* src = in_layout(ctx, p.src, p.weights_src, x.raw_data(), x_scratch);
       const bool direct = dw && p.weights_diff_wei == p.wei;
       if (!direct) dw_scratch = onednn::scratch_bytes(ctx, p.weights_diff_wei.get_size());
       void* dw_out = direct ? dw->raw_data() : dw_scratch.raw_data();
       void* db_out = db ? db->raw_data() : (db_scratch = ctx.allocate_scratch(DType::kFloat32, {s.m})).raw_data();
-      Tensor scratchpad;
-      execute_with_scratchpad(ctx, p.weights, p.weights_scratchpad, scratchpad,
-                              {{DNNL_ARG_SRC, src},
-                               {DNNL_ARG_DIFF_DST, diff_dst},
-                               {DNNL_ARG_DIFF_WEIGHTS, onednn::wrap(p.weights_diff_wei, dw_out)},
-                               {DNNL_ARG_DIFF_BIAS, onednn::wrap(p.bias, db_out)}});
+      p.weights.run(ctx, {{DNNL_ARG_SRC, src},
+                          {DNNL_ARG_DIFF_DST, diff_dst},
+                          {DNNL_ARG_DIFF_WEIGHTS, dw_out},
+                          {DNNL_ARG_DIFF_BIAS, db_out}});
       if (dw && !direct) onednn::reorder(p.weights_diff_wei, dw_out, p.wei, dw->raw_data());
     }
     return true;

@@ -16,13 +16,9 @@ _counter = itertools.count()
 
 def value_names(graph: onnx.GraphProto) -> set[str]:
     """Every value name the graph defines or declares."""
-    names = {v.name for v in graph.input}
+    names = defined_names(graph)
     names.update(v.name for v in graph.output)
     names.update(v.name for v in graph.value_info)
-    names.update(t.name for t in graph.initializer)
-    names.update(t.values.name for t in graph.sparse_initializer)
-    for node in graph.node:
-        names.update(node.output)
     names.discard("")
     return names
 
