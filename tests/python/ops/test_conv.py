@@ -112,6 +112,47 @@ def check_relu_after_pointwise(x, w, b):
     assert (ours >= 0).all()
 
 
+# Up to 8 output pixels with constant weights: im2col and the packed weights streamed once
+# (conv.cc, "convolutions with few output pixels"); from 9 pixels on, oneDNN again.
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((1, 64, 2, 2), (40, 64, 3, 3), {"pads": [1, 1, 1, 1]}),  # ResNet's last stage; 40 = 2.5 blocks of 16
+    ((1, 32, 4, 4), (48, 32, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),
+    ((2, 16, 2, 2), (16, 16, 3, 3), {"pads": [1, 1, 1, 1]}),  # batch 2: 8 pixels
+    ((1, 8, 1, 1), (5, 8, 1, 1), {}),  # one pixel
+    ((1, 12, 7, 6), (20, 12, 3, 2), {"pads": [2, 0, 1, 1], "strides": [3, 2], "dilations": [2, 2]}),
+    ((1, 6, 9), (7, 6, 3), {"pads": [1, 0], "strides": [3]}),  # 1-D, 3 pixels
+    ((1, 4, 3, 3, 3), (6, 4, 2, 2, 2), {}),  # 3-D, 2 x 2 x 2 pixels
+    ((1, 16, 3, 3), (32, 16, 1, 1), {}),  # 9 pixels: oneDNN
+])
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_with_few_output_pixels(x_shape, w_shape, attrs, bias):
+    b = randn(w_shape[0]) if bias else None
+    conv(randn(*x_shape), randn(*w_shape), b, constants=["w"], **attrs)
+
+
+def test_conv_with_few_output_pixels_zero_pads_even_next_to_inf():
+    """Padding contributes zeros, whatever the input holds (no 0 * inf)."""
+    x = randn(1, 4, 2, 2)
+    x[0, :, 0, 0] = np.inf
+    conv(x, randn(8, 4, 3, 3), constants=["w"], pads=[1, 1, 1, 1])
+
+
+def test_conv_with_few_output_pixels_fused_relu_and_changing_shapes():
+    """One session: 2 x 2 (streamed), 8 x 8 (oneDNN), 2 x 2 again; the Relu fuses into both."""
+    w, b = randn(24, 16, 3, 3), randn(24)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])],
+        "conv_relu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, "h", "w"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    ours = onnxtrain.InferenceSession(model)
+    theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for size in (2, 8, 2):
+        x = randn(1, 16, size, size)
+        np.testing.assert_allclose(ours.run(None, {"x": x})[0], theirs.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
 def test_first_layer_three_channels_stride_two():
     conv(randn(1, 3, 32, 32), randn(16, 3, 7, 7), randn(16), strides=[2, 2], pads=[3, 3, 3, 3], constants=["w", "b"])
 
