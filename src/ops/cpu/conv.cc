@@ -9,10 +9,10 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
-#include <utility>
 
 #include "core/dispatch.h"
 #include "ops/cpu/onednn.h"
+#include "ops/cpu/weight_stream.h"
 #include "ops/cpu/window.h"
 #include "ops/kernel_registry.h"
 
@@ -593,74 +593,36 @@ void subsample(const ConvGeometry& g, const T* x, T* out) {
 // ---- convolutions with few output pixels ----
 
 // The deep layers of a CNN at batch 1 have a handful of output pixels (ResNet-18's last
-// stage at 64 x 64 input: 2 x 2) and megabytes of weights, each weight used once per
-// pixel: the time goes into streaming the weights from memory, and oneDNN's kernels stream
-// them slowly (ResNet-18's 512 x 512 x 3 x 3 layers at batch 1, two threads: 278 us, 222 us
-// here, onnxruntime 245 us). Here the input patches go into a small matrix (im2col), the
-// constant weights are packed once into blocks of 16 output channels laid out along the
-// patch, and each block streams once, every weight multiplying all pixels in registers.
-// From 16 pixels on (4 x 4) the multiply-adds dominate and oneDNN's kernels are faster
-// (ResNet-18's 256 x 256 x 3 x 3 layers: 135 us here against 112 us).
-constexpr int64_t kMaxStreamedPixels = 8;
-constexpr int64_t kChannelBlock = 16;  // output channels per block: one 64-byte vector
-
+// stage at 64 x 64 input: 2 x 2) and megabytes of weights: with constant weights they run
+// as a WeightStream over the input patches (im2col). ResNet-18's 512 x 512 x 3 x 3 layers
+// at batch 1, two threads: 222 us, against 278 us with oneDNN and 245 us in onnxruntime;
+// with 16 pixels (4 x 4) oneDNN is faster (256 x 256 x 3 x 3: 112 us against 135 us).
 bool streams_weights(const ConvGeometry& g) {
-  return g.group == 1 && g.n * shape_size(g.out) <= kMaxStreamedPixels;
+  return g.group == 1 && g.n * shape_size(g.out) <= WeightStream::kMaxColumns;
 }
-
-using ChannelVector = float __attribute__((vector_size(kChannelBlock * sizeof(float))));
-
-// out[p] = sum over k of w[k] * patches[k][p], for kPixels pixels, 16 output channels.
-template <int kPixels>
-void stream_block(const float* w, const float* patches, int64_t depth, ChannelVector* out) {
-  ChannelVector acc[kPixels] = {};
-  for (int64_t k = 0; k < depth; ++k) {
-    ChannelVector wk;
-    std::memcpy(&wk, w + k * kChannelBlock, sizeof wk);
-    const float* pk = patches + k * kPixels;
-    for (int p = 0; p < kPixels; ++p) acc[p] += wk * pk[p];
-  }
-  std::memcpy(out, acc, sizeof acc);
-}
-
-using StreamBlockFn = void (*)(const float*, const float*, int64_t, ChannelVector*);
-
-template <size_t... I>
-constexpr std::array<StreamBlockFn, sizeof...(I)> stream_block_table(std::index_sequence<I...>) {
-  return {&stream_block<static_cast<int>(I) + 1>...};
-}
-
-// stream_block for 1 to kMaxStreamedPixels pixels.
-constexpr auto kStreamBlocks = stream_block_table(std::make_index_sequence<kMaxStreamedPixels>());
 
 class StreamingConv {
  public:
-  // Packs W [M, C, kernel...] into [ceil(M / 16)][C * kernel size][16], zeros past M.
-  StreamingConv(const ConvGeometry& g, const float* w) : g_(g), q_(g) {
-    depth_ = g.c * q_.kernel_size();
-    blocks_ = (g.m + kChannelBlock - 1) / kChannelBlock;
-    packed_ = Tensor::zeros(DType::kFloat32, {blocks_, depth_, kChannelBlock});
-    float* dst = packed_.data<float>();
-    for (int64_t m = 0; m < g.m; ++m)
-      for (int64_t k = 0; k < depth_; ++k)
-        dst[((m / kChannelBlock) * depth_ + k) * kChannelBlock + m % kChannelBlock] = w[m * depth_ + k];
+  // W [M, C, kernel...] is M outputs by C * kernel size.
+  StreamingConv(const ConvGeometry& g, const float* w)
+      : g_(g), q_(g), weights_(w, g.m, g.c * q_.kernel_size(), g.c * q_.kernel_size(), 1) {
     locate_sources();
   }
 
   void run(KernelContext& ctx, const float* x, const float* bias, bool relu, float* y) const {
-    const int64_t pixels = g_.n * q_.out_size();
-    Tensor patches = ctx.allocate_scratch(DType::kFloat32, {depth_, pixels});
+    const int64_t pixels = g_.n * q_.out_size(), per_image = q_.out_size();
+    Tensor patches = ctx.allocate_scratch(DType::kFloat32, {weights_.depth(), pixels});
     gather_patches(x, patches.data<float>());
-    const StreamBlockFn product = kStreamBlocks[static_cast<size_t>(pixels - 1)];
-    const int64_t block_bytes = depth_ * kChannelBlock * static_cast<int64_t>(sizeof(float));
-    const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(onednn::kBytesPerThread) / block_bytes);
-    parallel_for(blocks_, grain, [&](int64_t begin, int64_t end) {
-      ChannelVector acc[kMaxStreamedPixels];
-      for (int64_t b = begin; b < end; ++b) {
-        product(packed_.data<float>() + b * depth_ * kChannelBlock, patches.data<float>(), depth_, acc);
-        store_block(b, acc, bias, relu, y);
-      }
-    });
+    weights_.multiply(patches.data<float>(), pixels, pixels, 1, static_cast<int64_t>(onednn::kBytesPerThread),
+                      [&](int64_t first, int64_t count, const WeightStream::Lanes* sums) {
+                        for (int64_t p = 0; p < pixels; ++p) {
+                          float* yp = y + (p / per_image * g_.m + first) * per_image + p % per_image;
+                          for (int64_t j = 0; j < count; ++j) {
+                            const float v = sums[p][j] + (bias ? bias[first + j] : 0.0f);
+                            yp[j * per_image] = relu && !(v > 0.0f) ? 0.0f : v;
+                          }
+                        }
+                      });
   }
 
  private:
@@ -699,24 +661,9 @@ class StreamingConv {
                 }
   }
 
-  // Writes block b's outputs (16 channels per pixel) into Y [N, M, pixels].
-  void store_block(int64_t b, const ChannelVector* acc, const float* bias, bool relu, float* y) const {
-    const int64_t per_image = q_.out_size();
-    const int64_t channels = std::min(kChannelBlock, g_.m - b * kChannelBlock);
-    for (int64_t p = 0; p < g_.n * per_image; ++p) {
-      const int64_t n = p / per_image, o = p % per_image;
-      for (int64_t j = 0; j < channels; ++j) {
-        const int64_t m = b * kChannelBlock + j;
-        const float v = acc[p][j] + (bias ? bias[m] : 0.0f);
-        y[(n * g_.m + m) * per_image + o] = relu && !(v > 0.0f) ? 0.0f : v;
-      }
-    }
-  }
-
   ConvGeometry g_;
   Geometry3 q_;
-  int64_t depth_ = 0, blocks_ = 0;
-  Tensor packed_;
+  WeightStream weights_;
   std::vector<int64_t> sources_;
 };
 

@@ -5,6 +5,9 @@ float16 in float32) at 2e-3."""
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxtrain
 
 from op_harness import check_op, make_model, run_onnxtrain, run_reference
 
@@ -133,6 +136,36 @@ def test_gemm_constant_weights_and_bias():
     inputs = {"a": randn(8, 16), "b": randn(12, 16), "c": randn(12)}
     for _ in range(2):  # the second run uses the packed weights
         check_op("Gemm", inputs, {"transB": 1}, constants=["b", "c"], **F32)
+
+
+# Up to 8 rows times a constant B stream the packed B (ops/cpu/weight_stream.h); 9 rows, a
+# C that is not one bias row, and alpha != 1 go to oneDNN.
+@pytest.mark.parametrize("rows", [1, 3, 8, 9])
+@pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
+@pytest.mark.parametrize("c_shape", [None, (37,), (1, 37), "full"])
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_gemm_few_rows_constant_b(rows, trans_a, trans_b, c_shape, alpha):
+    k, n = 70, 37  # 37 outputs: two full blocks of 16 and a partial one
+    a = randn(*((k, rows) if trans_a else (rows, k)))
+    b = randn(*((n, k) if trans_b else (k, n)))
+    c = None if c_shape is None else randn(*((rows, n) if c_shape == "full" else c_shape))
+    check_op("Gemm", {"a": a, "b": b, "c": c}, {"transA": trans_a, "transB": trans_b, "alpha": alpha},
+             constants=["b"], **F32)
+
+
+def test_gemm_few_rows_then_more_in_one_session():
+    """A symbolic batch: 1, 8, 9 (oneDNN), 2 rows through the same kernel."""
+    b, c = randn(40, 24), randn(24)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["a", "b", "c"], ["y"])], "gemm",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, ["batch", 40])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(c, "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    session = onnxtrain.InferenceSession(model)
+    for rows in (1, 8, 9, 2):
+        a = randn(rows, 40)
+        np.testing.assert_allclose(session.run(None, {"a": a})[0], a @ b + c, rtol=1e-5, atol=1e-5)
 
 
 def test_gemm_scalar_c():

@@ -1,0 +1,105 @@
+// Products of a large constant float32 matrix with a few columns: the deep convolutions of
+// a CNN at batch 1 (a few output pixels, megabytes of weights) and Gemm at batch 1 to 8.
+// Each weight is used once per column, so the time goes into reading the weights: they are
+// packed once into blocks of 16 outputs laid out along the depth, and each block streams
+// through once while every column's sums stay in registers. oneDNN's kernels, built for
+// larger products, stream them slower and cost about a microsecond per call besides
+// (measured figures: conv.cc, matmul.cc).
+#pragma once
+
+#include <onnxtrain/tensor.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <utility>
+
+#include "core/parallel.h"
+
+namespace onnxtrain {
+
+namespace weight_stream {
+
+inline constexpr int64_t kMaxColumns = 8;  // with 16 the multiply-adds dominate: oneDNN is faster
+inline constexpr int64_t kBlock = 16;      // outputs per block: one 64-byte vector
+using Lanes = float __attribute__((vector_size(kBlock * sizeof(float))));
+using Product = void (*)(const float*, const float*, int64_t, int64_t, int64_t, Lanes*);
+
+// sums[c] = sum over k of w[k] * columns[k * k_stride + c * c_stride], for one block of 16
+// outputs.
+template <int kColumns>
+void block_product(const float* w, const float* columns, int64_t depth, int64_t k_stride, int64_t c_stride,
+                   Lanes* sums) {
+  Lanes acc[kColumns] = {};
+  for (int64_t k = 0; k < depth; ++k) {
+    Lanes wk;
+    std::memcpy(&wk, w + k * kBlock, sizeof wk);
+    const float* ck = columns + k * k_stride;
+    for (int c = 0; c < kColumns; ++c) acc[c] += wk * ck[c * c_stride];
+  }
+  std::memcpy(sums, acc, sizeof acc);
+}
+
+template <size_t... I>
+constexpr std::array<Product, sizeof...(I)> products(std::index_sequence<I...>) {
+  return {&block_product<static_cast<int>(I) + 1>...};
+}
+
+// block_product for 1 to kMaxColumns columns.
+inline constexpr auto kProducts = products(std::make_index_sequence<kMaxColumns>());
+
+}  // namespace weight_stream
+
+class WeightStream {
+ public:
+  static constexpr int64_t kMaxColumns = weight_stream::kMaxColumns;
+  static constexpr int64_t kBlock = weight_stream::kBlock;
+  using Lanes = weight_stream::Lanes;
+
+  // Packs W (outputs x depth; element (o, k) at w[o * output_stride + k * depth_stride])
+  // into [ceil(outputs / 16)][depth][16], zeros past the last output.
+  WeightStream(const float* w, int64_t outputs, int64_t depth, int64_t output_stride, int64_t depth_stride)
+      : outputs_(outputs), depth_(depth), blocks_((outputs + kBlock - 1) / kBlock) {
+    packed_ = Tensor::zeros(DType::kFloat32, {blocks_, depth_, kBlock});
+    float* dst = packed_.data<float>();
+    const auto pack = [&](int64_t o, int64_t k) {
+      dst[((o / kBlock) * depth + k) * kBlock + o % kBlock] = w[o * output_stride + k * depth_stride];
+    };
+    if (output_stride == 1) {  // read W along its rows either way
+      for (int64_t k = 0; k < depth; ++k)
+        for (int64_t o = 0; o < outputs; ++o) pack(o, k);
+    } else {
+      for (int64_t o = 0; o < outputs; ++o)
+        for (int64_t k = 0; k < depth; ++k) pack(o, k);
+    }
+  }
+
+  int64_t outputs() const { return outputs_; }
+  int64_t depth() const { return depth_; }
+
+  // For count <= kMaxColumns columns, element k of column c at columns[k * k_stride + c *
+  // c_stride]: sums[c][j] = sum over k of W(first + j, k) * column c's element k, handed
+  // block by block to store(first, valid, sums), valid = outputs in the block, on threads
+  // when the weights are large enough.
+  template <typename Store>
+  void multiply(const float* columns, int64_t count, int64_t k_stride, int64_t c_stride, int64_t bytes_per_thread,
+                Store&& store) const {
+    const weight_stream::Product product = weight_stream::kProducts[static_cast<size_t>(count - 1)];
+    const int64_t block_bytes = depth_ * kBlock * static_cast<int64_t>(sizeof(float));
+    parallel_for(blocks_, std::max<int64_t>(1, bytes_per_thread / std::max<int64_t>(block_bytes, 1)),
+                 [&](int64_t begin, int64_t end) {
+                   Lanes sums[kMaxColumns];
+                   for (int64_t b = begin; b < end; ++b) {
+                     product(packed_.data<float>() + b * depth_ * kBlock, columns, depth_, k_stride, c_stride, sums);
+                     store(b * kBlock, std::min(kBlock, outputs_ - b * kBlock), static_cast<const Lanes*>(sums));
+                   }
+                 });
+  }
+
+ private:
+  int64_t outputs_, depth_, blocks_;
+  Tensor packed_;
+};
+
+}  // namespace onnxtrain
