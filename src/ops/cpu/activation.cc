@@ -133,7 +133,9 @@ std::unique_ptr<OpKernel> gelu(bool tanh) {
     return float_activation([](auto x) {
       using F = decltype(x);
       const F inner = F(0.79788456080286535588) * (x + F(0.044715) * x * x * x);  // sqrt(2/pi) (x + c x^3)
-      return F(0.5) * x * (F(1) + vector_math::tanh(inner));
+      // (1 + tanh(u)) / 2 = sigmoid(2u): one exp instead of tanh's polynomial and exp, and
+      // no cancellation for negative x.
+      return x * vector_math::sigmoid(inner + inner);
     });
   }
   return float_activation([](auto x) {
