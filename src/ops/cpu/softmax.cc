@@ -8,6 +8,7 @@
 // unlike oneDNN's it follows ONNX exactly: oneDNN's LogSoftmax is off by ~1e-6 (an
 // approximate log) and its Softmax turns a row holding a NaN into zeros instead of NaNs.
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/dispatch.h"
@@ -51,11 +52,23 @@ template <typename A>
 void softmax_block(bool log, const A* x, A* y, int64_t length, int64_t inner, A* best, A* sum) {
   if (inner == 1) {
     const A m = onednn::lane_max(x, length);
-    const A total = onednn::lane_sum<A>(length, [&](int64_t i) {
-      const A e = vector_math::exp(x[i] - m);
-      y[i] = e;
-      return e;
-    });
+    // y = e^(x - m) and its sum, a vector of lanes at a time (short rows, such as attention
+    // over 16 positions, spend their time around the loop otherwise).
+    using Lanes = onednn::LaneVector<A>;
+    Lanes lanes = {};
+    int64_t i = 0;
+    for (; i + onednn::kLanes <= length; i += onednn::kLanes) {
+      Lanes v;
+      std::memcpy(&v, x + i, sizeof v);
+      for (int l = 0; l < onednn::kLanes; ++l) v[l] = vector_math::exp(v[l] - m);
+      std::memcpy(y + i, &v, sizeof v);
+      lanes += v;
+    }
+    A total = onednn::fold_lanes<A>(lanes, [](auto a, auto b) { return a + b; });
+    for (; i < length; ++i) {
+      y[i] = vector_math::exp(x[i] - m);
+      total += y[i];
+    }
     if (log) {
       // (x - max) - log(sum): adding log(sum) to a large max first would round it away.
       const A log_total = std::log(total);
