@@ -614,11 +614,12 @@ class StreamingConv {
     Tensor patches = ctx.allocate_scratch(DType::kFloat32, {weights_.depth(), pixels});
     gather_patches(x, patches.data<float>());
     weights_.multiply(patches.data<float>(), pixels, pixels, 1, static_cast<int64_t>(onednn::kBytesPerThread),
-                      [&](int64_t first, int64_t count, const WeightStream::Lanes* sums) {
-                        for (int64_t p = 0; p < pixels; ++p) {
+                      [&](int64_t first, int64_t count, int64_t first_pixel, int64_t n,
+                          const WeightStream::Lanes* sums) {
+                        for (int64_t p = first_pixel; p < first_pixel + n; ++p) {
                           float* yp = y + (p / per_image * g_.m + first) * per_image + p % per_image;
                           for (int64_t j = 0; j < count; ++j) {
-                            const float v = sums[p][j] + (bias ? bias[first + j] : 0.0f);
+                            const float v = sums[p - first_pixel][j] + (bias ? bias[first + j] : 0.0f);
                             yp[j * per_image] = relu && !(v > 0.0f) ? 0.0f : v;
                           }
                         }

@@ -1,9 +1,9 @@
-// Products of a large constant float32 matrix with a few columns: the deep convolutions of
-// a CNN at batch 1 (a few output pixels, megabytes of weights) and Gemm at batch 1 to 8.
-// Each weight is used once per column, so the time goes into reading the weights: they are
+// Products of a constant float32 matrix with a few columns: the deep convolutions of a CNN
+// at batch 1 (a few output pixels, megabytes of weights) and Gemm at small batch. Each
+// weight is used once per column, so the time goes into reading the weights: they are
 // packed once into blocks of 16 outputs laid out along the depth, and each block streams
-// through once while every column's sums stay in registers. oneDNN's kernels, built for
-// larger products, stream them slower and cost about a microsecond per call besides
+// through once while the sums of up to 8 columns stay in registers. oneDNN's kernels, built
+// for larger products, stream them slower and cost about a microsecond per call besides
 // (measured figures: conv.cc, matmul.cc).
 #pragma once
 
@@ -78,22 +78,28 @@ class WeightStream {
   int64_t outputs() const { return outputs_; }
   int64_t depth() const { return depth_; }
 
-  // For count <= kMaxColumns columns, element k of column c at columns[k * k_stride + c *
-  // c_stride]: sums[c][j] = sum over k of W(first + j, k) * column c's element k, handed
-  // block by block to store(first, valid, sums), valid = outputs in the block, on threads
-  // when the weights are large enough.
+  // For `count` columns, element k of column c at columns[k * k_stride + c * c_stride]:
+  // sums[c][j] = sum over k of W(first + j, k) * column (first_column + c)'s element k,
+  // handed to store(first, valid, first_column, columns, sums) block by block (valid =
+  // outputs in the block) and kMaxColumns columns at a time (a block's weights, read again
+  // for the next columns, come from the cache), on threads when the weights are large
+  // enough.
   template <typename Store>
   void multiply(const float* columns, int64_t count, int64_t k_stride, int64_t c_stride, int64_t bytes_per_thread,
                 Store&& store) const {
-    const weight_stream::Product product = weight_stream::kProducts[static_cast<size_t>(count - 1)];
     const int64_t block_bytes = depth_ * kBlock * static_cast<int64_t>(sizeof(float));
     parallel_for(blocks_, std::max<int64_t>(1, bytes_per_thread / std::max<int64_t>(block_bytes, 1)),
                  [&](int64_t begin, int64_t end) {
                    Lanes sums[kMaxColumns];
-                   for (int64_t b = begin; b < end; ++b) {
-                     product(packed_.data<float>() + b * depth_ * kBlock, columns, depth_, k_stride, c_stride, sums);
-                     store(b * kBlock, std::min(kBlock, outputs_ - b * kBlock), static_cast<const Lanes*>(sums));
-                   }
+                   for (int64_t b = begin; b < end; ++b)
+                     for (int64_t c = 0; c < count; c += kMaxColumns) {
+                       const int64_t n = std::min(kMaxColumns, count - c);
+                       weight_stream::kProducts[static_cast<size_t>(n - 1)](
+                           packed_.data<float>() + b * depth_ * kBlock, columns + c * c_stride, depth_, k_stride,
+                           c_stride, sums);
+                       store(b * kBlock, std::min(kBlock, outputs_ - b * kBlock), c, n,
+                             static_cast<const Lanes*>(sums));
+                     }
                  });
   }
 

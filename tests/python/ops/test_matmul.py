@@ -138,9 +138,9 @@ def test_gemm_constant_weights_and_bias():
         check_op("Gemm", inputs, {"transB": 1}, constants=["b", "c"], **F32)
 
 
-# Up to 8 rows times a constant B stream the packed B (ops/cpu/weight_stream.h); 9 rows, a
-# C that is not one bias row, and alpha != 1 go to oneDNN.
-@pytest.mark.parametrize("rows", [1, 3, 8, 9])
+# Up to 16 rows times a constant B stream the packed B (ops/cpu/weight_stream.h), 8 rows
+# at a time; 17 rows, a C that is not one bias row, and alpha != 1 go to oneDNN.
+@pytest.mark.parametrize("rows", [1, 3, 8, 9, 16, 17])
 @pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
 @pytest.mark.parametrize("c_shape", [None, (37,), (1, 37), "full"])
 @pytest.mark.parametrize("alpha", [1.0, 0.5])
@@ -154,7 +154,7 @@ def test_gemm_few_rows_constant_b(rows, trans_a, trans_b, c_shape, alpha):
 
 
 def test_gemm_few_rows_then_more_in_one_session():
-    """A symbolic batch: 1, 8, 9 (oneDNN), 2 rows through the same kernel."""
+    """A symbolic batch: 1, 8, 13, 17 (oneDNN), 2 rows through the same kernel."""
     b, c = randn(40, 24), randn(24)
     graph = helper.make_graph(
         [helper.make_node("Gemm", ["a", "b", "c"], ["y"])], "gemm",
@@ -163,7 +163,7 @@ def test_gemm_few_rows_then_more_in_one_session():
         [numpy_helper.from_array(b, "b"), numpy_helper.from_array(c, "c")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
     session = onnxtrain.InferenceSession(model)
-    for rows in (1, 8, 9, 2):
+    for rows in (1, 8, 13, 17, 2):
         a = randn(rows, 40)
         np.testing.assert_allclose(session.run(None, {"a": a})[0], a @ b + c, rtol=1e-5, atol=1e-5)
 
