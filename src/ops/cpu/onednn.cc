@@ -1,5 +1,10 @@
 #include "ops/cpu/onednn.h"
 
+#include <cstring>
+#include <span>
+
+#include "core/parallel.h"
+
 namespace onnxtrain::onednn {
 
 const dnnl::engine& engine() {
@@ -93,8 +98,99 @@ void Primitive::run(KernelContext& ctx, std::initializer_list<std::pair<int, con
   execute(primitive_, args_);
 }
 
+namespace {
+
+// The channel-blocked format of a rank-`rank` tensor with blocks of `block` channels.
+memory::format_tag channel_blocked_tag(size_t rank, int64_t block) {
+  using tag = memory::format_tag;
+  switch (rank) {
+    case 3:
+      return block == 8 ? tag::nCw8c : tag::nCw16c;
+    case 4:
+      return block == 8 ? tag::nChw8c : tag::nChw16c;
+    case 5:
+      return block == 8 ? tag::nCdhw8c : tag::nCdhw16c;
+    default:
+      return tag::undef;
+  }
+}
+
+using Float8 = float __attribute__((vector_size(8 * sizeof(float))));
+
+// Transposes the 8 x 8 tile r (r[i][j] becomes r[j][i]) in registers.
+void transpose_8x8(Float8 r[8]) {
+  Float8 t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {  // 2 x 2 blocks
+    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  for (int i = 0; i < 8; i += 4)  // 4 x 4 blocks
+    for (int j = 0; j < 2; ++j) {
+      u[i + 2 * j] = __builtin_shufflevector(t[i + j], t[i + j + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+      u[i + 2 * j + 1] = __builtin_shufflevector(t[i + j], t[i + j + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+  for (int j = 0; j < 4; ++j) {  // the 4 x 4 halves
+    r[j] = __builtin_shufflevector(u[j], u[j + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    r[j + 4] = __builtin_shufflevector(u[j], u[j + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+  }
+}
+
+}  // namespace
+
+ChannelBlocks ChannelBlocks::between(const memory::desc& from, const memory::desc& to) {
+  const memory::dims dims = from.dims();
+  if (dims.size() < 3 || dims.size() > 5 || dims != to.dims() || from.data_type() != memory::data_type::f32 ||
+      to.data_type() != memory::data_type::f32) {
+    return {};
+  }
+  const memory::desc plain = plain_desc(dims, memory::data_type::f32);
+  for (int64_t block : {8, 16}) {
+    const memory::desc blocked(dims, memory::data_type::f32, channel_blocked_tag(dims.size(), block));
+    const bool to_plain = from == blocked && to == plain;
+    if (to_plain || (from == plain && to == blocked)) {
+      const int64_t spatial = shape_size(std::span(dims).subspan(2));
+      return {dims[0], dims[1], spatial, block, to_plain};
+    }
+  }
+  return {};
+}
+
+void ChannelBlocks::run(const float* from, float* to) const {
+  const int64_t blocks = (c + block - 1) / block;
+  parallel_for(n * blocks, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t first_channel = i % blocks * block, valid = std::min(block, c - first_channel);
+      const int64_t plain_offset = (i / blocks * c + first_channel) * spatial, blocked_offset = i * spatial * block;
+      const float* in = from + (to_plain ? blocked_offset : plain_offset);
+      float* out = to + (to_plain ? plain_offset : blocked_offset);
+      int64_t p = 0;
+      // Whole blocks, 8 pixels x 8 channels at a time: load 8 rows of the source, transpose.
+      for (; valid == block && p + 8 <= spatial; p += 8)
+        for (int64_t g = 0; g < block; g += 8) {
+          Float8 r[8];
+          for (int64_t q = 0; q < 8; ++q)
+            std::memcpy(&r[q], to_plain ? in + (p + q) * block + g : in + (g + q) * spatial + p, sizeof r[q]);
+          transpose_8x8(r);
+          for (int64_t q = 0; q < 8; ++q)
+            std::memcpy(to_plain ? out + (g + q) * spatial + p : out + (p + q) * block + g, &r[q], sizeof r[q]);
+        }
+      // The other pixels, and a last block of fewer channels (zeros past them when blocking).
+      for (; p < spatial; ++p)
+        for (int64_t j = 0; j < block; ++j) {
+          if (to_plain) {
+            if (j < valid) out[j * spatial + p] = in[p * block + j];
+          } else {
+            out[p * block + j] = j < valid ? in[j * spatial + p] : 0.0f;
+          }
+        }
+    }
+  });
+}
+
 Reorder::Reorder(const memory::desc& from, const memory::desc& to, int threads)
-    : threads_(threads_for(static_cast<double>(from.get_size()), kBytesPerThread, threads)) {
+    : blocks_(ChannelBlocks::between(from, to)),
+      threads_(threads_for(static_cast<double>(from.get_size()), kBytesPerThread, threads)) {
+  if (blocks_.block != 0) return;
   ThreadScope scope(threads_);
   primitive_ = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), from, engine(), to));
   args_.emplace(DNNL_ARG_FROM, memory(from, engine(), DNNL_MEMORY_NONE));
@@ -102,9 +198,13 @@ Reorder::Reorder(const memory::desc& from, const memory::desc& to, int threads)
 }
 
 void Reorder::run(const void* source, void* target) {
+  ThreadScope scope(threads_);
+  if (blocks_.block != 0) {
+    blocks_.run(static_cast<const float*>(source), static_cast<float*>(target));
+    return;
+  }
   args_.at(DNNL_ARG_FROM).set_data_handle(const_cast<void*>(source));
   args_.at(DNNL_ARG_TO).set_data_handle(target);
-  ThreadScope scope(threads_);
   execute(primitive_, args_);
 }
 

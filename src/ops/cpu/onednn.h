@@ -139,8 +139,22 @@ bool is_reference(const dnnl::primitive_desc_base& pd);
 // one-off copies; a kernel that reorders on every run keeps a Reorder.
 void reorder(const memory::desc& source_desc, const void* source, const memory::desc& target_desc, void* target);
 
+// A float32 tensor's change between the plain layout [N][C][spatial] and channel blocks of
+// 8 or 16 ([N][C / block][spatial][block], the last block zero-padded): what convolutions
+// reorder on every run. In 8 x 8 tiles transposed in registers: the CNN's first layer
+// output at batch 8 (8 x 8 x 32 x 32) took 20 us in oneDNN's reorder on two threads.
+struct ChannelBlocks {
+  int64_t n = 0, c = 0, spatial = 0, block = 0;
+  bool to_plain = false;
+
+  // The change from `from` to `to`, if it is one (block 0 otherwise).
+  static ChannelBlocks between(const memory::desc& from, const memory::desc& to);
+  void run(const float* from, float* to) const;
+};
+
 // A reorder primitive between two fixed layouts, created once, with its memories; it
 // runs on one thread unless it moves enough bytes for more (of at most `threads`).
+// Changes of channel blocking run as ChannelBlocks instead.
 class Reorder {
  public:
   Reorder() = default;
@@ -149,6 +163,7 @@ class Reorder {
 
  private:
   dnnl::reorder primitive_;
+  ChannelBlocks blocks_;
   int threads_ = 1;
   std::unordered_map<int, memory> args_;
 };
