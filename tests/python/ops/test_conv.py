@@ -153,6 +153,37 @@ def test_conv_with_few_output_pixels_fused_relu_and_changing_shapes():
         np.testing.assert_allclose(ours.run(None, {"x": x})[0], theirs.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 
+# First layers: few input channels, up to 8 outputs (oneDNN's AVX2 kernel with 8-channel
+# blocks, reordered back to NCHW by ChannelBlocks), padding on every side.
+@pytest.mark.parametrize("x_shape, w_shape, attrs", [
+    ((2, 3, 32, 32), (8, 3, 3, 3), {"pads": [1, 1, 1, 1]}),  # the small CNN's first layer
+    ((3, 1, 28, 20), (5, 1, 5, 5), {"pads": [2, 1, 0, 2]}),  # 5 outputs, asymmetric pads, 18-wide rows
+    ((1, 2, 7, 9), (8, 2, 3, 2), {}),  # rows shorter than a vector, no padding
+    ((1, 3, 6, 40), (4, 3, 1, 1), {}),  # 1x1
+    ((1, 3, 9, 9), (8, 3, 3, 3), {"auto_pad": "SAME_UPPER"}),
+    ((1, 3, 12, 12), (9, 3, 3, 3), {"pads": [1, 1, 1, 1]}),  # 9 outputs: 16-channel blocks
+    ((1, 4, 12, 12), (8, 4, 3, 3), {"pads": [1, 1, 1, 1]}),
+])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("constant_w", [False, True])
+def test_first_layers(x_shape, w_shape, attrs, bias, constant_w):
+    b = randn(w_shape[0]) if bias else None
+    conv(randn(*x_shape), randn(*w_shape), b, constants=["w"] if constant_w else (), **attrs)
+
+
+def test_first_layer_fused_relu():
+    x, w, b = randn(2, 3, 20, 20), randn(8, 3, 3, 3), randn(8)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])],
+        "conv_relu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    ours = onnxtrain.InferenceSession(model).run(None, {"x": x})[0]
+    theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-5)
+
+
 def test_first_layer_three_channels_stride_two():
     conv(randn(1, 3, 32, 32), randn(16, 3, 7, 7), randn(16), strides=[2, 2], pads=[3, 3, 3, 3], constants=["w", "b"])
 
