@@ -109,11 +109,7 @@ size_t fold_batch_norm_into_conv(ir::Model& model) {
     ++folded;
   }
   if (folded == 0) return 0;
-  std::vector<ir::Node> nodes;
-  for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    if (!removed[i]) nodes.push_back(std::move(graph.nodes[i]));
-  }
-  graph.nodes = std::move(nodes);
+  erase_nodes(graph, removed);
   for (auto& named : added) graph.initializers.push_back(std::move(named));
   // The unfolded weights and the normalizations' parameters, which nothing reads any more.
   const std::unordered_map<std::string, size_t> still_read = count_reads(graph);

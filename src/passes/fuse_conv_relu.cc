@@ -31,13 +31,7 @@ size_t fuse_conv_relu(ir::Model& model) {
     removed[relu->second] = true;
     ++fused;
   }
-  if (fused == 0) return 0;
-  std::vector<ir::Node> nodes;
-  nodes.reserve(graph.nodes.size() - fused);
-  for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    if (!removed[i]) nodes.push_back(std::move(graph.nodes[i]));
-  }
-  graph.nodes = std::move(nodes);
+  if (fused > 0) erase_nodes(graph, removed);
   return fused;
 }
 

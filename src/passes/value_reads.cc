@@ -23,4 +23,13 @@ std::unordered_map<std::string, size_t> count_reads(const ir::Graph& graph, std:
   return reads;
 }
 
+void erase_nodes(ir::Graph& graph, const std::vector<bool>& removed) {
+  std::vector<ir::Node> nodes;
+  nodes.reserve(graph.nodes.size());
+  for (size_t i = 0; i < graph.nodes.size(); ++i) {
+    if (!removed[i]) nodes.push_back(std::move(graph.nodes[i]));
+  }
+  graph.nodes = std::move(nodes);
+}
+
 }  // namespace onnxtrain::passes
