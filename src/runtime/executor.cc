@@ -12,6 +12,7 @@
 
 #include "ops/kernel_registry.h"
 #include "passes/fold_batch_norm.h"
+#include "passes/fuse_conv_pool.h"
 #include "passes/fuse_conv_relu.h"
 #include "passes/fuse_gelu.h"
 #include "passes/inline_functions.h"
@@ -185,6 +186,7 @@ Executor::Executor(ir::Model model, SessionOptions options) : model_(std::move(m
   passes::fuse_gelu(model_);
   passes::fold_batch_norm_into_conv(model_);
   passes::fuse_conv_relu(model_);
+  passes::fuse_conv_pool(model_);
   passes::constants_to_initializers(model_);
 
   const ir::Graph& graph = model_.graph;

@@ -4,6 +4,7 @@
 #include "ir/onnx_io.h"
 #include "ops/kernel.h"
 #include "passes/fold_batch_norm.h"
+#include "passes/fuse_conv_pool.h"
 #include "passes/fuse_conv_relu.h"
 #include "runtime/executor.h"
 #include "runtime/memory_plan.h"
@@ -147,6 +148,56 @@ TEST(Passes, ConvReluFusesOnlyWhenTheRelusTheOnlyReader) {
   ir::Model kept = conv_relu(true);
   EXPECT_EQ(passes::fuse_conv_relu(kept), 0u);
   EXPECT_EQ(kept.graph.nodes.size(), 2u);
+}
+
+// Conv [-> Relu] -> MaxPool; `pool_attributes` adds (name, ints) to the MaxPool.
+ir::Model conv_pool(bool relu, bool conv_is_output,
+                    const std::vector<std::pair<std::string, std::vector<int64_t>>>& pool_attributes) {
+  onnx::ModelProto m = model();
+  auto* g = m.mutable_graph();
+  *g->add_input() = tensor_value("x", 1, {"1", "1", "6", "6"});
+  *g->add_input() = tensor_value("w", 1, {"2", "1", "3", "3"});
+  *g->add_output() = tensor_value("y", 1, {"1", "2", "2", "2"});
+  if (conv_is_output) *g->add_output() = tensor_value("c", 1, {"1", "2", "4", "4"});
+  *g->add_node() = node("Conv", {"x", "w"}, {"c"});
+  if (relu) *g->add_node() = node("Relu", {"c"}, {"r"});
+  onnx::NodeProto pool = node("MaxPool", {relu ? "r" : "c"}, {"y"});
+  for (const auto& [name, ints] : pool_attributes) {
+    onnx::AttributeProto* a = pool.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::INTS);
+    for (int64_t v : ints) a->add_ints(v);
+  }
+  *g->add_node() = pool;
+  return ir::load_model(as_span(bytes_of(m)));
+}
+
+TEST(Passes, MaxPool2x2FusesIntoTheConvolutionBeforeIt) {
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> two_by_two = {{"kernel_shape", {2, 2}},
+                                                                               {"strides", {2, 2}}};
+  for (bool relu : {false, true}) {
+    ir::Model fused = conv_pool(relu, false, two_by_two);
+    if (relu) EXPECT_EQ(passes::fuse_conv_relu(fused), 1u);
+    EXPECT_EQ(passes::fuse_conv_pool(fused), 1u);
+    ASSERT_EQ(fused.graph.nodes.size(), 1u);
+    const ir::Node& conv = fused.graph.nodes[0];
+    EXPECT_EQ(conv.op_type, "FusedConv");
+    EXPECT_EQ(conv.outputs, std::vector<std::string>{"y"});
+    ASSERT_NE(conv.attribute("pool"), nullptr);
+    EXPECT_EQ(conv.attribute("pool")->s, "MaxPool2x2");
+    EXPECT_EQ(conv.attribute("activation") != nullptr, relu);
+  }
+  ir::Model read = conv_pool(false, true, two_by_two);  // the convolution's output is needed
+  EXPECT_EQ(passes::fuse_conv_pool(read), 0u);
+  for (const auto& other : std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>>{
+           {{"kernel_shape", {3, 3}}, {"strides", {2, 2}}},
+           {{"kernel_shape", {2, 2}}},  // stride 1
+           {{"kernel_shape", {2, 2}}, {"strides", {2, 2}}, {"pads", {0, 0, 1, 1}}},
+           {{"kernel_shape", {2, 2}}, {"strides", {2, 2}}, {"dilations", {2, 2}}}}) {
+    ir::Model kept = conv_pool(false, false, other);
+    EXPECT_EQ(passes::fuse_conv_pool(kept), 0u);
+    EXPECT_EQ(kept.graph.nodes.size(), 2u);
+  }
 }
 
 TEST(Passes, BatchNormalizationFoldsIntoAConvWithConstantParameters) {

@@ -1,8 +1,8 @@
 """The executor's own rewrites (src/passes): results equal the unfused graph's.
 
 InferenceSession folds an inference-mode BatchNormalization into the Conv before it, fuses
-Conv + Relu into org.onnxtrain::FusedConv (oneDNN's ReLU post-op) and spelled-out GELU into
-one Gelu node; these run each pattern, rewritten and where something outside the pattern
+Conv + Relu into org.onnxtrain::FusedConv (oneDNN's ReLU post-op), a 2 x 2 MaxPool after a
+convolution into it, and spelled-out GELU into one Gelu node; these run each pattern, rewritten and where something outside the pattern
 keeps it as it is, against onnxruntime (float32) and onnx.reference (float64, which
 onnxruntime's Conv lacks).
 """
@@ -101,4 +101,68 @@ def test_conv_batch_norm(dtype: type, variant: str) -> None:
         tolerance = dict(rtol=1e-12, atol=1e-12)
     assert len(ours) == len(theirs)
     for a, b in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, **tolerance)
+
+
+def conv_pool(dtype: type, channels: tuple[int, int], kernel: int, relu: bool, pool: dict,
+              conv_output_read: bool) -> onnx.ModelProto:
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    c, m = channels
+    w = numpy_helper.from_array(rng.standard_normal((m, c, kernel, kernel)).astype(dtype), "W")
+    b = numpy_helper.from_array(rng.standard_normal(m).astype(dtype), "B")
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[kernel // 2] * 4)]
+    if relu:
+        nodes.append(helper.make_node("Relu", ["c"], ["r"]))
+    nodes.append(helper.make_node("MaxPool", ["r" if relu else "c"], ["y"], **pool))
+    outputs = ["y", "c"] if conv_output_read else ["y"]
+    graph = helper.make_graph(nodes, "conv_pool", [helper.make_tensor_value_info("x", elem, ["n", c, "h", "w"])],
+                              [helper.make_tensor_value_info(o, elem, None) for o in outputs], [w, b])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+TWO_BY_TWO = {"kernel_shape": [2, 2], "strides": [2, 2]}
+
+
+@pytest.mark.parametrize("channels, kernel, x_hw", [
+    ((3, 8), 3, (32, 32)),  # the small CNN's first layer: 8-channel blocks
+    ((8, 16), 3, (16, 16)),  # 16-channel blocks
+    ((5, 20), 3, (9, 7)),  # odd sizes: the last row and column drop; a partial block
+    ((16, 24), 1, (8, 8)),  # a 1x1 convolution: a matmul in NCHW, pooled after
+    ((32, 16), 3, (4, 4)),  # 4 output pixels: the streamed weights, pooled after
+])
+@pytest.mark.parametrize("relu", [False, True])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_conv_max_pool(channels: tuple[int, int], kernel: int, x_hw: tuple[int, int], relu: bool,
+                       batch: int) -> None:
+    model = conv_pool(np.float32, channels, kernel, relu, TWO_BY_TWO, conv_output_read=False)
+    x = rng.standard_normal((batch, channels[0], *x_hw)).astype(np.float32)
+    ours = onnxtrain.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert ours.shape == theirs.shape
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", ["float64", "conv-output-read", "3x3-pool", "ceil-mode", "padded"])
+def test_conv_max_pool_other_cases(variant: str) -> None:
+    """float64 (the direct loop, pooled after) and pools the fusion leaves alone."""
+    dtype = np.float64 if variant == "float64" else np.float32
+    pool = dict(TWO_BY_TWO)
+    if variant == "3x3-pool":
+        pool["kernel_shape"] = [3, 3]
+    if variant == "ceil-mode":
+        pool["ceil_mode"] = 1
+    if variant == "padded":
+        pool["pads"] = [0, 0, 1, 1]
+    model = conv_pool(dtype, (3, 8), 3, True, pool, conv_output_read=variant == "conv-output-read")
+    x = rng.standard_normal((2, 3, 9, 9)).astype(dtype)
+    ours = onnxtrain.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    if dtype == np.float32:
+        theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+        tolerance = dict(rtol=1e-5, atol=1e-5)
+    else:
+        theirs = ReferenceEvaluator(model).run(None, {"x": x})
+        tolerance = dict(rtol=1e-12, atol=1e-12)
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape
         np.testing.assert_allclose(a, b, **tolerance)

@@ -12,6 +12,7 @@
 
 #include "core/dispatch.h"
 #include "ops/cpu/onednn.h"
+#include "ops/cpu/pool.h"
 #include "ops/cpu/weight_stream.h"
 #include "ops/cpu/window.h"
 #include "ops/kernel_registry.h"
@@ -388,8 +389,10 @@ PreparedConv prepare_conv(const ConvGeometry& g, memory::data_type type, bool ha
 }
 
 // Runs a prepared convolution on caller buffers in the plain layouts, reordering through
-// scratch memory where the primitive computes in other layouts.
-void run_conv(KernelContext& ctx, PreparedConv& p, const void* x, const void* w, const void* bias, void* y) {
+// scratch memory where the primitive computes in other layouts; with `y_in_primitive_layout`
+// y receives the primitive's own output layout (p.dst) instead.
+void run_conv(KernelContext& ctx, PreparedConv& p, const void* x, const void* w, const void* bias, void* y,
+              bool y_in_primitive_layout = false) {
   Tensor src_buffer, weights_buffer, dst_buffer;
   if (p.src_in) {
     src_buffer = onednn::scratch_bytes(ctx, p.src.get_size());
@@ -403,14 +406,15 @@ void run_conv(KernelContext& ctx, PreparedConv& p, const void* x, const void* w,
     p.weights_in->run(w, weights_buffer.raw_data());
     w = weights_buffer.raw_data();
   }
-  if (p.dst_out) dst_buffer = onednn::scratch_bytes(ctx, p.dst.get_size());
-  void* dst = p.dst_out ? dst_buffer.raw_data() : y;
+  const bool reorder_out = p.dst_out && !y_in_primitive_layout;
+  if (reorder_out) dst_buffer = onednn::scratch_bytes(ctx, p.dst.get_size());
+  void* dst = reorder_out ? dst_buffer.raw_data() : y;
   if (bias) {
     p.primitive.run(ctx, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, dst}});
   } else {
     p.primitive.run(ctx, {{DNNL_ARG_SRC, x}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DST, dst}});
   }
-  if (p.dst_out) p.dst_out->run(dst_buffer.raw_data(), y);
+  if (reorder_out) p.dst_out->run(dst_buffer.raw_data(), y);
 }
 
 // ---- the float64 loop (and the reference for odd cases) ----
@@ -676,6 +680,7 @@ class ConvKernelBase : public OpKernel {
       : attrs_(info, transpose),
         transpose_(transpose),
         relu_(fused_relu(info)),
+        pool_(fused_pool(info)),
         constant_w_(info.packable_constant_input(1)) {}
 
   void compute(KernelContext& ctx) override {
@@ -687,8 +692,12 @@ class ConvKernelBase : public OpKernel {
       ctx.fail("B is " + std::string(dtype_name(bias->dtype())) + shape_string(bias->shape()) + ", expected " +
                std::string(dtype_name(x.dtype())) + shape_string(Shape{g.m}) + " (one bias per output channel)");
     }
-    Tensor& y = ctx.allocate_output(0, x.dtype(), g.out_shape);
-    if (y.numel() == 0) return;
+    if (pool_ && g.spatial() != 2) {
+      ctx.fail("pool 'MaxPool2x2' needs a 2-D convolution, X is " + shape_string(x.shape()));
+    }
+    Tensor& out = ctx.allocate_output(0, x.dtype(), pool_ ? pooled_shape(g) : g.out_shape);
+    if (out.numel() == 0) return;
+    Tensor y = pool_ ? ctx.allocate_scratch(x.dtype(), g.out_shape) : out;  // the convolution's output
     dispatch<float, double, Float16, BFloat16>(x.dtype(), ctx.node().op_type, [&]<typename T>() {
       if constexpr (std::is_same_v<T, double>) {
         run_loop<T>(g, x, w, bias, y);
@@ -696,13 +705,28 @@ class ConvKernelBase : public OpKernel {
       } else if (g.c == 0 || x.numel() == 0) {
         run_loop<T>(g, x, w, bias, y);  // no input: only the bias
         if (relu_) apply_relu<T>(y);
-      } else {
-        run_onednn(ctx, g, x, w, bias, y);  // with the ReLU post-op
+      } else if (run_onednn(ctx, g, x, w, bias, y, pool_ ? &out : nullptr)) {  // with the ReLU post-op
+        return;  // pooled already
       }
+      if (pool_) pool::max_2x2(y.data<T>(), out.data<T>(), g.n * g.m, g.out[0], g.out[1]);
     });
   }
 
  private:
+  // [N, M, H / 2, W / 2] of a 2-D convolution's output [N, M, H, W].
+  static Shape pooled_shape(const ConvGeometry& g) {
+    return {g.n, g.m, g.out[0] / 2, g.out[1] / 2};
+  }
+
+  // org.onnxtrain::FusedConv (passes/fuse_conv_pool.h) may carry pool "MaxPool2x2".
+  static bool fused_pool(const KernelInfo& info) {
+    const std::string pool = info.string_attribute("pool", "");
+    if (!pool.empty() && pool != "MaxPool2x2") {
+      info.fail("attribute 'pool' is '" + pool + "'; onnxtrain fuses only 'MaxPool2x2'");
+    }
+    return !pool.empty();
+  }
+
   // org.onnxtrain::FusedConv (passes/fuse_conv_relu.h) carries activation "Relu".
   static bool fused_relu(const KernelInfo& info) {
     const std::string activation = info.string_attribute("activation", "");
@@ -743,11 +767,16 @@ class ConvKernelBase : public OpKernel {
     return false;
   }
 
-  void run_onednn(KernelContext& ctx, const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor* bias,
-                  Tensor& y) {
+  // Writes the convolution into y; with `pooled`, returns true when it wrote the 2 x 2 max
+  // pool of it there instead (straight from oneDNN's channel blocks).
+  bool run_onednn(KernelContext& ctx, const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor* bias,
+                  Tensor& y, Tensor* pooled) {
     if (!transpose_ && x.dtype() == DType::kFloat32) {
-      if (constant_w_ && streams_weights(g)) return run_streaming(ctx, g, x, bias, y);
-      if (is_pointwise(g) && run_pointwise(ctx, g, x, w, bias, y)) return;
+      if (constant_w_ && streams_weights(g)) {
+        run_streaming(ctx, g, x, bias, y);
+        return false;
+      }
+      if (is_pointwise(g) && run_pointwise(ctx, g, x, w, bias, y)) return false;
     }
     const bool native = onednn::computes_natively(x.dtype());
     const memory::data_type type = *onednn::data_type(native ? x.dtype() : DType::kFloat32);
@@ -783,18 +812,31 @@ class ConvKernelBase : public OpKernel {
     const Tensor ws = native || constant_w_ ? w : onednn::to_float32(ctx, w);
     const Tensor bs = !bias ? Tensor() : native ? *bias : onednn::to_float32(ctx, *bias);
     const bool direct = native && !crop;
+    const void* bias_data = bias ? bs.raw_data() : nullptr;
+    if (pooled && direct && x.dtype() == DType::kFloat32 && prepared.dst_out) {
+      const memory::desc plain = onednn::plain_desc(to_dims(g.out_shape), memory::data_type::f32);
+      const onednn::ChannelBlocks blocks = onednn::ChannelBlocks::between(prepared.dst, plain);
+      if (blocks.block != 0) {
+        Tensor blocked = onednn::scratch_bytes(ctx, prepared.dst.get_size());
+        run_conv(ctx, prepared, xs.raw_data(), ws.raw_data(), bias_data, blocked.raw_data(), true);
+        pool::max_2x2_from_channel_blocks(static_cast<const float*>(blocked.raw_data()), pooled->data<float>(), g.n,
+                                          g.m, g.out[0], g.out[1], blocks.block);
+        return true;
+      }
+    }
     Tensor ys = direct ? y : ctx.allocate_scratch(native ? x.dtype() : DType::kFloat32, inner.out_shape);
-    run_conv(ctx, prepared, xs.raw_data(), ws.raw_data(), bias ? bs.raw_data() : nullptr, ys.raw_data());
-    if (direct) return;
+    run_conv(ctx, prepared, xs.raw_data(), ws.raw_data(), bias_data, ys.raw_data());
+    if (direct) return false;
     if (crop) {
       dispatch<float, Float16, BFloat16>(ys.dtype(), "ConvTranspose", [&]<typename S>() {
         Tensor full = native ? y : ctx.allocate_scratch(ys.dtype(), g.out_shape);
         place<S>(g, inner, ys, bias ? &bs : nullptr, full);
         if (!native) onednn::from_float32(full, y);
       });
-      return;
+      return false;
     }
     onednn::from_float32(ys, y);
+    return false;
   }
 
   void run_streaming(KernelContext& ctx, const ConvGeometry& g, const Tensor& x, const Tensor* bias, Tensor& y) {
@@ -857,6 +899,7 @@ class ConvKernelBase : public OpKernel {
   ConvAttributes attrs_;
   bool transpose_;
   bool relu_;
+  bool pool_;  // a 2 x 2 max pool after (and after the ReLU)
   const Tensor* constant_w_;
   std::vector<int64_t> key_;  // the cache key, rebuilt in place each run
   onednn::ShapeCache<PreparedConv> cache_;

@@ -12,6 +12,7 @@
 
 #include "core/dispatch.h"
 #include "ops/cpu/onednn.h"
+#include "ops/cpu/pool.h"
 #include "ops/cpu/window.h"
 #include "ops/kernel_registry.h"
 
@@ -282,26 +283,6 @@ bool is_max_pool_2x2(const PoolAttributes& a, const PoolGeometry& g, bool want_i
          g.stride[2] == 2;
 }
 
-template <typename T>
-void max_pool_2x2(const PoolGeometry& g, const T* x, T* y) {
-  const int64_t width = g.in[2], is = g.in_size(), os = g.out_size(), out_w = g.out[2];
-  parallel_for(g.n * g.c, std::max<int64_t>(1, 16384 / std::max<int64_t>(is, 1)), [&](int64_t begin, int64_t end) {
-    std::vector<T> pair_max(static_cast<size_t>(2 * out_w));
-    for (int64_t plane = begin; plane < end; ++plane) {
-      const T* xp = x + plane * is;
-      T* yp = y + plane * os;
-      for (int64_t oh = 0; oh < g.out[1]; ++oh) {
-        const T* top = xp + 2 * oh * width;
-        const T* bottom = top + width;
-        T* m = pair_max.data();
-        for (int64_t w = 0; w < 2 * out_w; ++w) m[w] = bottom[w] > top[w] ? bottom[w] : top[w];
-        T* row = yp + oh * out_w;
-        for (int64_t ow = 0; ow < out_w; ++ow) row[ow] = m[2 * ow + 1] > m[2 * ow] ? m[2 * ow + 1] : m[2 * ow];
-      }
-    }
-  });
-}
-
 // ---- oneDNN ----
 
 // oneDNN derives the output size from the pads, floor((in + pads - extent) / stride) + 1:
@@ -363,7 +344,7 @@ class PoolKernel final : public OpKernel {
     if (y.numel() == 0) return;
     if (g.in_size() == 0) ctx.fail("X " + shape_string(x.shape()) + " has an empty spatial axis");
     if (x.dtype() == DType::kFloat32 && is_max_pool_2x2(attrs_, g, want_indices)) {
-      max_pool_2x2(g, x.data<float>(), y.data<float>());
+      pool::max_2x2(x.data<float>(), y.data<float>(), g.n * g.c, g.in[1], g.in[2]);
       return;
     }
     if (use_onednn(x.dtype(), g, want_indices)) {
@@ -468,4 +449,79 @@ const KernelRegistration kGlobalMaxPool{"", "GlobalMaxPool", 1, kLatestOpset, gl
 const KernelRegistration kGlobalLpPool{"", "GlobalLpPool", 1, kLatestOpset, global_pool_factory(PoolKind::kLp)};
 
 }  // namespace
+
+// ---- the 2 x 2 max pool shared with conv.cc ----
+
+namespace pool {
+
+// Each window is the larger of its two rows' pairwise maxima: vertical pairs first, as one
+// vectorizable pass over two input rows, then neighbours.
+template <typename T>
+void max_2x2(const T* x, T* y, int64_t planes, int64_t h, int64_t w) {
+  using C = compute_type_t<T>;
+  const int64_t out_h = h / 2, out_w = w / 2;
+  parallel_for(planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(h * w, 1)), [&](int64_t begin, int64_t end) {
+    std::vector<C> pair_max(static_cast<size_t>(2 * out_w));
+    for (int64_t plane = begin; plane < end; ++plane) {
+      for (int64_t oh = 0; oh < out_h; ++oh) {
+        const T* top = x + (plane * h + 2 * oh) * w;
+        const T* bottom = top + w;
+        C* m = pair_max.data();
+        for (int64_t i = 0; i < 2 * out_w; ++i) {
+          const C a = static_cast<C>(top[i]), b = static_cast<C>(bottom[i]);
+          m[i] = b > a ? b : a;
+        }
+        T* row = y + (plane * out_h + oh) * out_w;
+        for (int64_t i = 0; i < out_w; ++i) row[i] = static_cast<T>(m[2 * i + 1] > m[2 * i] ? m[2 * i + 1] : m[2 * i]);
+      }
+    }
+  });
+}
+
+template void max_2x2(const float*, float*, int64_t, int64_t, int64_t);
+template void max_2x2(const double*, double*, int64_t, int64_t, int64_t);
+template void max_2x2(const Float16*, Float16*, int64_t, int64_t, int64_t);
+template void max_2x2(const BFloat16*, BFloat16*, int64_t, int64_t, int64_t);
+
+namespace {
+
+// One output row of windows for a whole channel block, then its rows into Y per channel.
+template <int kBlock>
+void max_2x2_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w) {
+  const int64_t blocks = (c + kBlock - 1) / kBlock, out_h = h / 2, out_w = w / 2;
+  parallel_for(n * blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> tile(static_cast<size_t>(out_w * kBlock));
+    for (int64_t i = begin; i < end; ++i) {
+      const int64_t first_channel = i % blocks * kBlock, valid = std::min<int64_t>(kBlock, c - first_channel);
+      const float* in = x + i * h * w * kBlock;
+      for (int64_t oh = 0; oh < out_h; ++oh) {
+        const float* top = in + 2 * oh * w * kBlock;
+        const float* bottom = top + w * kBlock;
+        for (int64_t ow = 0; ow < out_w; ++ow)
+          for (int l = 0; l < kBlock; ++l) {
+            const int64_t left = 2 * ow * kBlock + l, right = left + kBlock;
+            const float m0 = bottom[left] > top[left] ? bottom[left] : top[left];
+            const float m1 = bottom[right] > top[right] ? bottom[right] : top[right];
+            tile[static_cast<size_t>(ow * kBlock + l)] = m1 > m0 ? m1 : m0;
+          }
+        for (int64_t j = 0; j < valid; ++j) {
+          float* row = y + ((i / blocks * c + first_channel + j) * out_h + oh) * out_w;
+          for (int64_t ow = 0; ow < out_w; ++ow) row[ow] = tile[static_cast<size_t>(ow * kBlock + j)];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void max_2x2_from_channel_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t block) {
+  if (block == 8) {
+    max_2x2_blocks<8>(x, y, n, c, h, w);
+  } else {
+    max_2x2_blocks<16>(x, y, n, c, h, w);
+  }
+}
+
+}  // namespace pool
 }  // namespace onnxtrain
