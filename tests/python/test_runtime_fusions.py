@@ -21,6 +21,23 @@ import onnxtrain
 rng = np.random.default_rng(3)
 
 
+def matches_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray], dtype: type) -> list[np.ndarray]:
+    """onnxtrain's outputs, checked against onnxruntime (float32) or onnx.reference (float64,
+    which onnxruntime's Conv lacks)."""
+    ours = onnxtrain.InferenceSession(model.SerializeToString()).run(None, feeds)
+    if dtype == np.float32:
+        theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+        tolerance = dict(rtol=1e-5, atol=1e-5)
+    else:
+        theirs = ReferenceEvaluator(model).run(None, feeds)
+        tolerance = dict(rtol=1e-12, atol=1e-12)
+    assert len(ours) == len(theirs)
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, **tolerance)
+    return ours
+
+
 def conv_relu(dtype: type, conv_output_also_read: bool, relu_is_output: bool = True) -> onnx.ModelProto:
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     w = numpy_helper.from_array(rng.standard_normal((6, 3, 3, 3)).astype(dtype), "W")
@@ -43,17 +60,7 @@ def conv_relu(dtype: type, conv_output_also_read: bool, relu_is_output: bool = T
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_conv_relu(dtype: type, conv_output_also_read: bool, relu_is_output: bool) -> None:
     model = conv_relu(dtype, conv_output_also_read, relu_is_output)
-    x = rng.standard_normal((2, 3, 7, 7)).astype(dtype)
-    ours = onnxtrain.InferenceSession(model.SerializeToString()).run(None, {"x": x})
-    if dtype == np.float32:
-        theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-        tolerance = dict(rtol=1e-5, atol=1e-5)
-    else:
-        theirs = ReferenceEvaluator(model).run(None, {"x": x})
-        tolerance = dict(rtol=1e-12, atol=1e-12)
-    assert len(ours) == len(theirs)
-    for a, b in zip(ours, theirs):
-        np.testing.assert_allclose(a, b, **tolerance)
+    ours = matches_reference(model, {"x": rng.standard_normal((2, 3, 7, 7)).astype(dtype)}, dtype)
     assert (ours[0] >= 0).all() if relu_is_output else (ours[0] <= 0).all()
 
 
@@ -92,16 +99,7 @@ def conv_batch_norm(dtype: type, variant: str) -> tuple[onnx.ModelProto, dict[st
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_conv_batch_norm(dtype: type, variant: str) -> None:
     model, feeds = conv_batch_norm(dtype, variant)
-    ours = onnxtrain.InferenceSession(model.SerializeToString()).run(None, feeds)
-    if dtype == np.float32:
-        theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
-        tolerance = dict(rtol=1e-5, atol=1e-5)
-    else:
-        theirs = ReferenceEvaluator(model).run(None, feeds)
-        tolerance = dict(rtol=1e-12, atol=1e-12)
-    assert len(ours) == len(theirs)
-    for a, b in zip(ours, theirs):
-        np.testing.assert_allclose(a, b, **tolerance)
+    matches_reference(model, feeds, dtype)
 
 
 def conv_pool(dtype: type, channels: tuple[int, int], kernel: int, relu: bool, pool: dict,
@@ -135,11 +133,7 @@ TWO_BY_TWO = {"kernel_shape": [2, 2], "strides": [2, 2]}
 def test_conv_max_pool(channels: tuple[int, int], kernel: int, x_hw: tuple[int, int], relu: bool,
                        batch: int) -> None:
     model = conv_pool(np.float32, channels, kernel, relu, TWO_BY_TWO, conv_output_read=False)
-    x = rng.standard_normal((batch, channels[0], *x_hw)).astype(np.float32)
-    ours = onnxtrain.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
-    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    assert ours.shape == theirs.shape
-    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+    matches_reference(model, {"x": rng.standard_normal((batch, channels[0], *x_hw)).astype(np.float32)}, np.float32)
 
 
 @pytest.mark.parametrize("variant", ["float64", "conv-output-read", "3x3-pool", "ceil-mode", "padded"])
@@ -154,15 +148,4 @@ def test_conv_max_pool_other_cases(variant: str) -> None:
     if variant == "padded":
         pool["pads"] = [0, 0, 1, 1]
     model = conv_pool(dtype, (3, 8), 3, True, pool, conv_output_read=variant == "conv-output-read")
-    x = rng.standard_normal((2, 3, 9, 9)).astype(dtype)
-    ours = onnxtrain.InferenceSession(model.SerializeToString()).run(None, {"x": x})
-    if dtype == np.float32:
-        theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
-        tolerance = dict(rtol=1e-5, atol=1e-5)
-    else:
-        theirs = ReferenceEvaluator(model).run(None, {"x": x})
-        tolerance = dict(rtol=1e-12, atol=1e-12)
-    assert len(ours) == len(theirs)
-    for a, b in zip(ours, theirs):
-        assert a.shape == b.shape
-        np.testing.assert_allclose(a, b, **tolerance)
+    matches_reference(model, {"x": rng.standard_normal((2, 3, 9, 9)).astype(dtype)}, dtype)
