@@ -114,6 +114,13 @@ def test_matmul_rejects_batch_mismatch():
         check_op("MatMul", {"a": randn(2, 3, 4), "b": randn(3, 4, 2)})
 
 
+# A constant 2-D B times up to 16 rows of A (its leading axes flattened) streams the packed B
+# (ops/cpu/weight_stream.h); 17 rows go to oneDNN.
+@pytest.mark.parametrize("a_shape", [(70,), (3, 70), (2, 4, 70), (2, 8, 70), (17, 70), (1, 16, 70)])
+def test_matmul_few_rows_constant_b(a_shape):
+    check_op("MatMul", {"a": randn(*a_shape), "b": randn(70, 37)}, constants=["b"], **F32)
+
+
 def test_matmul_rejects_mixed_types():
     with pytest.raises((ValueError, RuntimeError), match=r"A is float but B is double"):
         check_op("MatMul", {"a": randn(2, 3), "b": randn(3, 2, dtype=np.float64)}, reference="onnx.reference")
