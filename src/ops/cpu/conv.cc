@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <optional>
 
 #include "core/dispatch.h"
@@ -256,7 +257,7 @@ struct PreparedConv {
 template <typename PrimitiveDesc>
 PreparedConv finish_prepare(const PrimitiveDesc& pd, dnnl::primitive primitive, const memory::desc& src_user,
                             const memory::desc& weights_user, const memory::desc& bias, const memory::desc& dst_user,
-                            const void* constant_weights, int threads) {
+                            const void* constant_weights, onednn::PackedConstant& packed, int threads) {
   PreparedConv p;
   p.primitive = onednn::Primitive(std::move(primitive), pd, threads);
   p.src = pd.src_desc();
@@ -267,8 +268,7 @@ PreparedConv finish_prepare(const PrimitiveDesc& pd, dnnl::primitive primitive, 
   p.primitive.add_argument(DNNL_ARG_DST, p.dst);
   if (bias) p.primitive.add_argument(DNNL_ARG_BIAS, bias);
   if (constant_weights) {
-    p.packed_weights = Tensor::empty(DType::kUInt8, {static_cast<int64_t>(p.weights.get_size())});
-    onednn::reorder(weights_user, constant_weights, p.weights, p.packed_weights.raw_data());
+    p.packed_weights = packed.in_layout(weights_user, constant_weights, p.weights);
   } else if (p.weights != weights_user) {
     p.weights_in.emplace(weights_user, p.weights, threads);
   }
@@ -318,7 +318,7 @@ double conv_flops(const ConvGeometry& g, bool transpose) {
 }
 
 PreparedConv prepare_conv(const ConvGeometry& g, memory::data_type type, bool has_bias, bool transpose, bool relu,
-                          const void* constant_weights, int threads) {
+                          const void* constant_weights, onednn::PackedConstant& packed, int threads) {
   const int used = onednn::threads_for(conv_flops(g, transpose), onednn::kFlopsPerThread, threads);
   onednn::ThreadScope scope(used);
   dnnl::primitive_attr attr = onednn::primitive_attr();
@@ -374,7 +374,7 @@ PreparedConv prepare_conv(const ConvGeometry& g, memory::data_type type, bool ha
                      : try_pd<dnnl::deconvolution_forward::primitive_desc>(desc, attr);
       if (pd)
         return finish_prepare(pd, dnnl::deconvolution_forward(pd), src_user, weights_user, bias, dst_user,
-                              constant_weights, used);
+                              constant_weights, packed, used);
     } else {
       dnnl::convolution_forward::desc desc(prop, dnnl::algorithm::convolution_direct, src, weights_any, bias, dst,
                                            strides, dilation, pad_l, pad_r);
@@ -382,7 +382,7 @@ PreparedConv prepare_conv(const ConvGeometry& g, memory::data_type type, bool ha
                      : try_pd<dnnl::convolution_forward::primitive_desc>(desc, attr);
       if (pd)
         return finish_prepare(pd, dnnl::convolution_forward(pd), src_user, weights_user, bias, dst_user,
-                              constant_weights, used);
+                              constant_weights, packed, used);
     }
   }
   throw Error("no oneDNN convolution for this shape", ErrorKind::kRuntime);  // unreachable: the last try throws
@@ -607,17 +607,18 @@ bool streams_weights(const ConvGeometry& g) {
 
 class StreamingConv {
  public:
-  // W [M, C, kernel...] is M outputs by C * kernel size.
-  StreamingConv(const ConvGeometry& g, const float* w)
-      : g_(g), q_(g), weights_(w, g.m, g.c * q_.kernel_size(), g.c * q_.kernel_size(), 1) {
+  // `weights` holds W [M, C, kernel...] as M outputs by C * kernel size, packed once for every
+  // input shape.
+  StreamingConv(const ConvGeometry& g, std::shared_ptr<const WeightStream> weights)
+      : g_(g), q_(g), weights_(std::move(weights)) {
     locate_sources();
   }
 
   void run(KernelContext& ctx, const float* x, const float* bias, bool relu, float* y) const {
     const int64_t pixels = g_.n * q_.out_size(), per_image = q_.out_size();
-    Tensor patches = ctx.allocate_scratch(DType::kFloat32, {weights_.depth(), pixels});
+    Tensor patches = ctx.allocate_scratch(DType::kFloat32, {weights_->depth(), pixels});
     gather_patches(x, patches.data<float>());
-    weights_.multiply(patches.data<float>(), pixels, pixels, 1, static_cast<int64_t>(onednn::kBytesPerThread),
+    weights_->multiply(patches.data<float>(), pixels, pixels, 1, static_cast<int64_t>(onednn::kBytesPerThread),
                       [&](int64_t first, int64_t count, int64_t first_pixel, int64_t n,
                           const WeightStream::Lanes* sums) {
                         for (int64_t p = first_pixel; p < first_pixel + n; ++p) {
@@ -668,7 +669,7 @@ class StreamingConv {
 
   ConvGeometry g_;
   Geometry3 q_;
-  WeightStream weights_;
+  std::shared_ptr<const WeightStream> weights_;
   std::vector<int64_t> sources_;
 };
 
@@ -805,7 +806,7 @@ class ConvKernelBase : public OpKernel {
         converted = native ? *constant_w_ : onednn::float32_copy(*constant_w_);
         constant = converted.raw_data();
       }
-      return prepare_conv(inner, type, bias != nullptr, transpose_, relu_, constant, ctx.num_threads());
+      return prepare_conv(inner, type, bias != nullptr, transpose_, relu_, constant, packed_w_, ctx.num_threads());
     });
 
     const Tensor xs = native ? x : onednn::to_float32(ctx, x);
@@ -844,7 +845,13 @@ class ConvKernelBase : public OpKernel {
     onednn::append_key(key_, x);
     key_.insert(key_.end(), g.out_shape.begin(), g.out_shape.end());
     key_.insert(key_.end(), g.pad_begin.begin(), g.pad_begin.end());
-    const StreamingConv& conv = streaming_cache_.get(key_, [&] { return StreamingConv(g, constant_w_->data<float>()); });
+    const StreamingConv& conv = streaming_cache_.get(key_, [&] {
+      if (!streamed_w_) {
+        const int64_t depth = g.c * shape_size(g.kernel);
+        streamed_w_ = std::make_shared<const WeightStream>(constant_w_->data<float>(), g.m, depth, depth, 1);
+      }
+      return StreamingConv(g, streamed_w_);
+    });
     conv.run(ctx, x.data<float>(), bias ? bias->data<float>() : nullptr, relu_, y.data<float>());
   }
 
@@ -903,8 +910,10 @@ class ConvKernelBase : public OpKernel {
   const Tensor* constant_w_;
   std::vector<int64_t> key_;  // the cache key, rebuilt in place each run
   onednn::ShapeCache<PreparedConv> cache_;
+  onednn::PackedConstant packed_w_;  // W in oneDNN's layouts, shared by cache_'s entries
   onednn::ShapeCache<std::optional<onednn::Primitive>> pointwise_cache_;
   onednn::ShapeCache<StreamingConv> streaming_cache_;
+  std::shared_ptr<const WeightStream> streamed_w_;  // W packed for streaming_cache_'s entries
 };
 
 const KernelRegistration kConv{"", "Conv", 1, kLatestOpset,

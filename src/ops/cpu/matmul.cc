@@ -154,7 +154,7 @@ struct PreparedMatmul {
 // weights. A defined `bias_md` adds a bias argument.
 PreparedMatmul prepare_matmul(memory::data_type type, const memory::desc& a_md, const memory::desc& b_md,
                               const memory::desc& c_md, const memory::desc& bias_md, const dnnl::primitive_attr& attr,
-                              const void* constant_b, int threads) {
+                              const void* constant_b, onednn::PackedConstant& packed, int threads) {
   const memory::dims& c_dims = c_md.dims();
   const double flops = 2.0 * static_cast<double>(shape_size(c_dims)) * static_cast<double>(a_md.dims().back());
   const int used = onednn::threads_for(flops, onednn::kFlopsPerThread, threads);
@@ -168,10 +168,7 @@ PreparedMatmul prepare_matmul(memory::data_type type, const memory::desc& a_md, 
   prepared.primitive.add_argument(DNNL_ARG_WEIGHTS, pd.weights_desc());
   prepared.primitive.add_argument(DNNL_ARG_DST, c_md);
   if (bias_md) prepared.primitive.add_argument(DNNL_ARG_BIAS, bias_md);
-  if (constant_b) {
-    prepared.packed_b = Tensor::empty(DType::kUInt8, {static_cast<int64_t>(pd.weights_desc().get_size())});
-    onednn::reorder(b_md, constant_b, pd.weights_desc(), prepared.packed_b.raw_data());
-  }
+  if (constant_b) prepared.packed_b = packed.in_layout(b_md, constant_b, pd.weights_desc());
   return prepared;
 }
 
@@ -255,7 +252,7 @@ class MatMulKernel final : public OpKernel {
         constant = converted.raw_data();
       }
       return prepare_matmul(type, onednn::plain_desc(p.a, type), onednn::plain_desc(p.b, type),
-                            onednn::plain_desc(p.c, type), {}, {}, constant, ctx.num_threads());
+                            onednn::plain_desc(p.c, type), {}, {}, constant, packed_b_, ctx.num_threads());
     });
     if (native) {
       run_matmul(ctx, prepared, a.raw_data(), b.raw_data(), out.raw_data());
@@ -271,6 +268,7 @@ class MatMulKernel final : public OpKernel {
   const Tensor* constant_b_;
   std::vector<int64_t> key_;  // the cache key, rebuilt in place each run
   onednn::ShapeCache<PreparedMatmul> cache_;
+  onednn::PackedConstant packed_b_;     // B in oneDNN's layouts, shared by cache_'s entries
   std::optional<WeightStream> stream_;  // B packed, made on the first run with few rows
 };
 
@@ -406,7 +404,7 @@ class GemmKernel final : public OpKernel {
       }
       const memory::desc bias_md = bias ? onednn::plain_desc({1, s.n}, type) : memory::desc();
       return prepare_matmul(type, a_md, b_md, onednn::plain_desc({s.m, s.n}, type), bias_md, attr, constant,
-                            ctx.num_threads());
+                            packed_b_, ctx.num_threads());
     });
     if (bias) {
       run_matmul(ctx, prepared, a.raw_data(), b.raw_data(), out.raw_data(), c->raw_data());
@@ -473,6 +471,7 @@ class GemmKernel final : public OpKernel {
   const Tensor* constant_b_;
   std::vector<int64_t> key_;  // the cache key, rebuilt in place each run
   onednn::ShapeCache<PreparedMatmul> cache_;
+  onednn::PackedConstant packed_b_;     // B in oneDNN's layouts, shared by cache_'s entries
   std::optional<WeightStream> stream_;  // B packed, made on the first run with few rows
 };
 

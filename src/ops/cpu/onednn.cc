@@ -208,6 +208,14 @@ void Reorder::run(const void* source, void* target) {
   execute(primitive_, args_);
 }
 
+const Tensor& PackedConstant::in_layout(const memory::desc& from, const void* source, const memory::desc& to) {
+  for (const auto& [layout, packed] : layouts_)
+    if (layout == to) return packed;
+  Tensor packed = Tensor::empty(DType::kUInt8, {static_cast<int64_t>(to.get_size())});
+  reorder(from, source, to, packed.raw_data());
+  return layouts_.emplace_back(to, std::move(packed)).second;
+}
+
 // Converts n elements between float32 and a 16-bit float type with a oneDNN reorder
 // (vectorized, F16C / AVX-512 BF16 conversions); false for other types.
 bool convert_16bit(DType from, const void* in, DType to, void* out, int64_t n) {
