@@ -1,9 +1,8 @@
 #include "passes/fuse_conv_pool.h"
 
-#include <unordered_map>
 #include <vector>
 
-#include "passes/value_reads.h"
+#include "passes/conv_fusion.h"
 
 namespace onnxtrain::passes {
 namespace {
@@ -29,38 +28,10 @@ bool is_max_pool_2x2(const ir::Node& node) {
          int_is(node, "ceil_mode", 0);
 }
 
-bool is_conv(const ir::Node& node) {
-  return node.outputs.size() == 1 && ((node.op_type == "Conv" && node.domain.empty()) ||
-                                      (node.op_type == "FusedConv" && node.domain == "org.onnxtrain"));
-}
-
 }  // namespace
 
 size_t fuse_conv_pool(ir::Model& model) {
-  ir::Graph& graph = model.graph;
-  const std::unordered_map<std::string, size_t> reads = count_reads(graph);
-  std::unordered_map<std::string, size_t> pool_reading;  // value -> the MaxPool node reading it
-  for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    if (is_max_pool_2x2(graph.nodes[i])) pool_reading[graph.nodes[i].inputs[0]] = i;
-  }
-  std::vector<bool> removed(graph.nodes.size(), false);
-  size_t fused = 0;
-  for (ir::Node& conv : graph.nodes) {
-    if (!is_conv(conv) || conv.attribute("pool")) continue;
-    const auto pool = pool_reading.find(conv.outputs[0]);
-    if (pool == pool_reading.end() || reads.at(conv.outputs[0]) != 1) continue;
-    if (conv.op_type == "Conv") {
-      conv.domain = "org.onnxtrain";
-      conv.op_type = "FusedConv";
-      conv.opset = 1;  // the model need not import the domain
-    }
-    conv.attributes.push_back(ir::attr("pool", "MaxPool2x2"));
-    conv.outputs[0] = graph.nodes[pool->second].outputs[0];
-    removed[pool->second] = true;
-    ++fused;
-  }
-  if (fused > 0) erase_nodes(graph, removed);
-  return fused;
+  return fold_into_conv(model.graph, is_max_pool_2x2, ir::attr("pool", "MaxPool2x2"));
 }
 
 }  // namespace onnxtrain::passes

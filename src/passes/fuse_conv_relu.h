@@ -12,8 +12,8 @@
 
 namespace onnxtrain::passes {
 
-// Fuses each default-domain Conv whose output only one Relu reads (not another node, a
-// subgraph or a graph output). Returns the number of fused pairs.
+// Fuses each Conv (or FusedConv without an activation) whose output only one Relu reads
+// (not another node, a subgraph or a graph output). Returns the number of fused pairs.
 size_t fuse_conv_relu(ir::Model& model);
 
 }  // namespace onnxtrain::passes
