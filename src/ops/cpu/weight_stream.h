@@ -21,7 +21,7 @@ namespace onnxtrain {
 
 namespace weight_stream {
 
-inline constexpr int64_t kMaxColumns = 8;  // with 16 the multiply-adds dominate: oneDNN is faster
+inline constexpr int64_t kMaxColumns = 8;  // columns per pass, their sums in registers
 inline constexpr int64_t kBlock = 16;      // outputs per block: one 64-byte vector
 using Lanes = float __attribute__((vector_size(kBlock * sizeof(float))));
 using Product = void (*)(const float*, const float*, int64_t, int64_t, int64_t, Lanes*);
