@@ -4,16 +4,17 @@
 
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 #include "ir/graph.h"
 
 namespace onnxtrain::passes {
 
-// Turns each Conv or FusedConv (2-D or not: `follower` decides) whose output only one node
-// matching `follower` reads (not another node, a subgraph or a graph output) into a
-// FusedConv carrying `attribute` and writing the follower's output; the follower goes. A
-// FusedConv that already has the attribute is left alone. Returns the number of folds.
+// Turns each Conv or FusedConv whose output only one node matching `follower` reads (not
+// another node, a subgraph or a graph output) into a FusedConv carrying attributes(follower)
+// and writing the follower's output; the follower goes. The first attribute names the
+// fusion: a FusedConv that has it already is left alone. Returns the number of folds.
 size_t fold_into_conv(ir::Graph& graph, const std::function<bool(const ir::Node&)>& follower,
-                      const ir::Attribute& attribute);
+                      const std::function<std::vector<ir::Attribute>(const ir::Node&)>& attributes);
 
 }  // namespace onnxtrain::passes

@@ -1,11 +1,12 @@
-// Folds a 2 x 2 max pool into the convolution before it, for the executor only.
+// Folds a max pool into the convolution before it, for the executor only.
 //
-// The pair Conv (or FusedConv) -> MaxPool with a 2 x 2 window and stride 2, no padding,
-// no dilation, floor rounding and no Indices output (LeNet- and VGG-style networks) becomes
-// org.onnxtrain::FusedConv <pool = "MaxPool2x2">. The kernel pools the convolution's result
-// straight from the layout the convolution computed it in, so the full-size output is
-// neither reordered back to NCHW nor written and read again (the small CNN's first layer at
-// batch 8: 256 KB). Like the Relu fusion, the node never leaves the executor.
+// The pair Conv (or FusedConv) -> MaxPool over 2-D windows without dilation, with floor
+// rounding and no Indices output (LeNet, VGG and ResNet stems) becomes
+// org.onnxtrain::FusedConv <pool = "MaxPool", pool_kernel_shape, pool_strides, pool_pads>.
+// The kernel pools the convolution's result straight from the layout the convolution
+// computed it in, so the full-size output is neither reordered back to NCHW nor written and
+// read again (the small CNN's first layer at batch 8: 256 KB). Like the Relu fusion, the
+// node never leaves the executor.
 #pragma once
 
 #include <cstddef>
@@ -14,8 +15,8 @@
 
 namespace onnxtrain::passes {
 
-// Fuses each 2-D Conv or FusedConv whose output only such a MaxPool reads (not another
-// node, a subgraph or a graph output). Returns the number of fused pairs.
+// Fuses each Conv or FusedConv whose output only such a MaxPool reads (not another node, a
+// subgraph or a graph output). Returns the number of fused pairs.
 size_t fuse_conv_pool(ir::Model& model);
 
 }  // namespace onnxtrain::passes

@@ -10,7 +10,7 @@ size_t fuse_conv_relu(ir::Model& model) {
       [](const ir::Node& node) {
         return node.op_type == "Relu" && node.domain.empty() && node.inputs.size() == 1 && node.outputs.size() == 1;
       },
-      ir::attr("activation", "Relu"));
+      [](const ir::Node&) { return std::vector<ir::Attribute>{ir::attr("activation", "Relu")}; });
 }
 
 }  // namespace onnxtrain::passes

@@ -150,7 +150,8 @@ TEST(Passes, ConvReluFusesOnlyWhenTheRelusTheOnlyReader) {
   EXPECT_EQ(kept.graph.nodes.size(), 2u);
 }
 
-// Conv [-> Relu] -> MaxPool; `pool_attributes` adds (name, ints) to the MaxPool.
+// Conv [-> Relu] -> MaxPool; `pool_attributes` adds (name, ints) to the MaxPool (ceil_mode
+// as an int).
 ir::Model conv_pool(bool relu, bool conv_is_output,
                     const std::vector<std::pair<std::string, std::vector<int64_t>>>& pool_attributes) {
   onnx::ModelProto m = model();
@@ -165,6 +166,11 @@ ir::Model conv_pool(bool relu, bool conv_is_output,
   for (const auto& [name, ints] : pool_attributes) {
     onnx::AttributeProto* a = pool.add_attribute();
     a->set_name(name);
+    if (name == "ceil_mode") {  // an int
+      a->set_type(onnx::AttributeProto::INT);
+      a->set_i(ints.at(0));
+      continue;
+    }
     a->set_type(onnx::AttributeProto::INTS);
     for (int64_t v : ints) a->add_ints(v);
   }
@@ -172,11 +178,11 @@ ir::Model conv_pool(bool relu, bool conv_is_output,
   return ir::load_model(as_span(bytes_of(m)));
 }
 
-TEST(Passes, MaxPool2x2FusesIntoTheConvolutionBeforeIt) {
-  const std::vector<std::pair<std::string, std::vector<int64_t>>> two_by_two = {{"kernel_shape", {2, 2}},
-                                                                               {"strides", {2, 2}}};
+TEST(Passes, MaxPoolFusesIntoTheConvolutionBeforeIt) {
+  const std::vector<std::pair<std::string, std::vector<int64_t>>> stem = {
+      {"kernel_shape", {3, 3}}, {"strides", {2, 2}}, {"pads", {1, 1, 1, 1}}};
   for (bool relu : {false, true}) {
-    ir::Model fused = conv_pool(relu, false, two_by_two);
+    ir::Model fused = conv_pool(relu, false, stem);
     if (relu) EXPECT_EQ(passes::fuse_conv_relu(fused), 1u);
     EXPECT_EQ(passes::fuse_conv_pool(fused), 1u);
     ASSERT_EQ(fused.graph.nodes.size(), 1u);
@@ -184,16 +190,23 @@ TEST(Passes, MaxPool2x2FusesIntoTheConvolutionBeforeIt) {
     EXPECT_EQ(conv.op_type, "FusedConv");
     EXPECT_EQ(conv.outputs, std::vector<std::string>{"y"});
     ASSERT_NE(conv.attribute("pool"), nullptr);
-    EXPECT_EQ(conv.attribute("pool")->s, "MaxPool2x2");
+    EXPECT_EQ(conv.attribute("pool")->s, "MaxPool");
+    ASSERT_NE(conv.attribute("pool_kernel_shape"), nullptr);
+    EXPECT_EQ(conv.attribute("pool_kernel_shape")->ints, (std::vector<int64_t>{3, 3}));
+    EXPECT_EQ(conv.attribute("pool_strides")->ints, (std::vector<int64_t>{2, 2}));
+    EXPECT_EQ(conv.attribute("pool_pads")->ints, (std::vector<int64_t>{1, 1, 1, 1}));
     EXPECT_EQ(conv.attribute("activation") != nullptr, relu);
   }
-  ir::Model read = conv_pool(false, true, two_by_two);  // the convolution's output is needed
+  ir::Model defaults = conv_pool(false, false, {{"kernel_shape", {2, 2}}});  // stride 1, no pads
+  EXPECT_EQ(passes::fuse_conv_pool(defaults), 1u);
+  EXPECT_EQ(defaults.graph.nodes[0].attribute("pool_strides")->ints, (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(defaults.graph.nodes[0].attribute("pool_pads")->ints, (std::vector<int64_t>{0, 0, 0, 0}));
+  ir::Model read = conv_pool(false, true, stem);  // the convolution's output is needed
   EXPECT_EQ(passes::fuse_conv_pool(read), 0u);
   for (const auto& other : std::vector<std::vector<std::pair<std::string, std::vector<int64_t>>>>{
-           {{"kernel_shape", {3, 3}}, {"strides", {2, 2}}},
-           {{"kernel_shape", {2, 2}}},  // stride 1
-           {{"kernel_shape", {2, 2}}, {"strides", {2, 2}}, {"pads", {0, 0, 1, 1}}},
-           {{"kernel_shape", {2, 2}}, {"strides", {2, 2}}, {"dilations", {2, 2}}}}) {
+           {{"kernel_shape", {2, 2}}, {"strides", {2, 2}}, {"dilations", {2, 2}}},
+           {{"kernel_shape", {2, 2}}, {"strides", {2, 2}}, {"ceil_mode", {1}}},
+           {{"kernel_shape", {2}}}}) {  // 1-D
     ir::Model kept = conv_pool(false, false, other);
     EXPECT_EQ(passes::fuse_conv_pool(kept), 0u);
     EXPECT_EQ(kept.graph.nodes.size(), 2u);

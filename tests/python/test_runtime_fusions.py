@@ -1,7 +1,7 @@
 """The executor's own rewrites (src/passes): results equal the unfused graph's.
 
 InferenceSession folds an inference-mode BatchNormalization into the Conv before it, fuses
-Conv + Relu into org.onnxtrain::FusedConv (oneDNN's ReLU post-op), a 2 x 2 MaxPool after a
+Conv + Relu into org.onnxtrain::FusedConv (oneDNN's ReLU post-op), a MaxPool after a
 convolution into it, and spelled-out GELU into one Gelu node; these run each pattern, rewritten and where something outside the pattern
 keeps it as it is, against onnxruntime (float32) and onnx.reference (float64, which
 onnxruntime's Conv lacks).
@@ -119,33 +119,44 @@ def conv_pool(dtype: type, channels: tuple[int, int], kernel: int, relu: bool, p
 
 
 TWO_BY_TWO = {"kernel_shape": [2, 2], "strides": [2, 2]}
+STEM = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}  # ResNet's
 
 
-@pytest.mark.parametrize("channels, kernel, x_hw", [
-    ((3, 8), 3, (32, 32)),  # the small CNN's first layer: 8-channel blocks
-    ((8, 16), 3, (16, 16)),  # 16-channel blocks
-    ((5, 20), 3, (9, 7)),  # odd sizes: the last row and column drop; a partial block
-    ((16, 24), 1, (8, 8)),  # a 1x1 convolution: a matmul in NCHW, pooled after
-    ((32, 16), 3, (4, 4)),  # 4 output pixels: the streamed weights, pooled after
+@pytest.mark.parametrize("channels, kernel, x_hw, pool", [
+    ((3, 8), 3, (32, 32), TWO_BY_TWO),  # the small CNN's first layer: 8-channel blocks
+    ((8, 16), 3, (16, 16), TWO_BY_TWO),  # 16-channel blocks
+    ((5, 20), 3, (9, 7), TWO_BY_TWO),  # odd sizes: the last row and column drop; a partial block
+    ((16, 24), 1, (8, 8), TWO_BY_TWO),  # a 1x1 convolution: a matmul in NCHW, pooled after
+    ((32, 16), 3, (4, 4), TWO_BY_TWO),  # 4 output pixels: the streamed weights, pooled after
+    ((3, 64), 3, (32, 32), STEM),
+    ((4, 24), 3, (11, 9), {"kernel_shape": [3, 2], "strides": [1, 2], "pads": [0, 1, 2, 0]}),
+    ((4, 16), 3, (6, 6), {"kernel_shape": [2, 2]}),  # stride 1
+    ((32, 16), 1, (2, 2), STEM),  # pooled after the streamed weights, windows mostly padding
 ])
 @pytest.mark.parametrize("relu", [False, True])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_conv_max_pool(channels: tuple[int, int], kernel: int, x_hw: tuple[int, int], relu: bool,
+def test_conv_max_pool(channels: tuple[int, int], kernel: int, x_hw: tuple[int, int], pool: dict, relu: bool,
                        batch: int) -> None:
-    model = conv_pool(np.float32, channels, kernel, relu, TWO_BY_TWO, conv_output_read=False)
+    model = conv_pool(np.float32, channels, kernel, relu, pool, conv_output_read=False)
     matches_reference(model, {"x": rng.standard_normal((batch, channels[0], *x_hw)).astype(np.float32)}, np.float32)
 
 
-@pytest.mark.parametrize("variant", ["float64", "conv-output-read", "3x3-pool", "ceil-mode", "padded"])
+@pytest.mark.parametrize("variant", ["float64", "float64-stem", "conv-output-read", "ceil-mode", "dilated"])
 def test_conv_max_pool_other_cases(variant: str) -> None:
     """float64 (the direct loop, pooled after) and pools the fusion leaves alone."""
-    dtype = np.float64 if variant == "float64" else np.float32
-    pool = dict(TWO_BY_TWO)
-    if variant == "3x3-pool":
-        pool["kernel_shape"] = [3, 3]
+    dtype = np.float64 if variant.startswith("float64") else np.float32
+    pool = dict(STEM if variant == "float64-stem" else TWO_BY_TWO)
     if variant == "ceil-mode":
         pool["ceil_mode"] = 1
-    if variant == "padded":
-        pool["pads"] = [0, 0, 1, 1]
+    if variant == "dilated":
+        pool["dilations"] = [2, 2]
     model = conv_pool(dtype, (3, 8), 3, True, pool, conv_output_read=variant == "conv-output-read")
     matches_reference(model, {"x": rng.standard_normal((2, 3, 9, 9)).astype(dtype)}, dtype)
+
+
+def test_conv_max_pool_too_large_a_window_is_refused() -> None:
+    """The fused node fails the way MaxPool itself does when its window outgrows the input."""
+    model = conv_pool(np.float32, (3, 8), 3, False, {"kernel_shape": [5, 5]}, conv_output_read=False)
+    session = onnxtrain.InferenceSession(model.SerializeToString())
+    with pytest.raises((RuntimeError, ValueError), match="window"):
+        session.run(None, {"x": np.ones((1, 3, 3, 3), np.float32)})

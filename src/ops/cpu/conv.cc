@@ -693,10 +693,9 @@ class ConvKernelBase : public OpKernel {
       ctx.fail("B is " + std::string(dtype_name(bias->dtype())) + shape_string(bias->shape()) + ", expected " +
                std::string(dtype_name(x.dtype())) + shape_string(Shape{g.m}) + " (one bias per output channel)");
     }
-    if (pool_ && g.spatial() != 2) {
-      ctx.fail("pool 'MaxPool2x2' needs a 2-D convolution, X is " + shape_string(x.shape()));
-    }
-    Tensor& out = ctx.allocate_output(0, x.dtype(), pool_ ? pooled_shape(g) : g.out_shape);
+    const pool::MaxWindow window = pool_ ? pool_window(ctx, g) : pool::MaxWindow{};
+    Tensor& out = ctx.allocate_output(0, x.dtype(),
+                                      pool_ ? Shape{g.n, g.m, window.out_h, window.out_w} : g.out_shape);
     if (out.numel() == 0) return;
     Tensor y = pool_ ? ctx.allocate_scratch(x.dtype(), g.out_shape) : out;  // the convolution's output
     dispatch<float, double, Float16, BFloat16>(x.dtype(), ctx.node().op_type, [&]<typename T>() {
@@ -706,26 +705,53 @@ class ConvKernelBase : public OpKernel {
       } else if (g.c == 0 || x.numel() == 0) {
         run_loop<T>(g, x, w, bias, y);  // no input: only the bias
         if (relu_) apply_relu<T>(y);
-      } else if (run_onednn(ctx, g, x, w, bias, y, pool_ ? &out : nullptr)) {  // with the ReLU post-op
+      } else if (run_onednn(ctx, g, x, w, bias, y, pool_ ? &out : nullptr, window)) {  // with the ReLU post-op
         return;  // pooled already
       }
-      if (pool_) pool::max_2x2(y.data<T>(), out.data<T>(), g.n * g.m, g.out[0], g.out[1]);
+      if (pool_) pool::max_2d(y.data<T>(), out.data<T>(), g.n * g.m, g.out[0], g.out[1], window);
     });
   }
 
  private:
-  // [N, M, H / 2, W / 2] of a 2-D convolution's output [N, M, H, W].
-  static Shape pooled_shape(const ConvGeometry& g) {
-    return {g.n, g.m, g.out[0] / 2, g.out[1] / 2};
+  // A MaxPool after the convolution (passes/fuse_conv_pool.h): its window, as given.
+  struct PoolAttributes {
+    std::vector<int64_t> kernel, strides, pads;
+  };
+
+  // org.onnxtrain::FusedConv may carry pool "MaxPool" with pool_kernel_shape, pool_strides
+  // and pool_pads.
+  static std::optional<PoolAttributes> fused_pool(const KernelInfo& info) {
+    const std::string pool = info.string_attribute("pool", "");
+    if (pool.empty()) return std::nullopt;
+    if (pool != "MaxPool") info.fail("attribute 'pool' is '" + pool + "'; onnxtrain fuses only 'MaxPool'");
+    PoolAttributes a{info.ints_attribute("pool_kernel_shape", std::vector<int64_t>{}),
+                     info.ints_attribute("pool_strides", std::vector<int64_t>{}),
+                     info.ints_attribute("pool_pads", std::vector<int64_t>{})};
+    const auto all_at_least = [](const std::vector<int64_t>& v, int64_t least) {
+      return std::all_of(v.begin(), v.end(), [&](int64_t i) { return i >= least; });
+    };
+    if (a.kernel.size() != 2 || a.strides.size() != 2 || a.pads.size() != 4 || !all_at_least(a.kernel, 1) ||
+        !all_at_least(a.strides, 1) || !all_at_least(a.pads, 0)) {
+      info.fail("the fused pool's window (pool_kernel_shape " + shape_string(a.kernel) + ", pool_strides " +
+                shape_string(a.strides) + ", pool_pads " + shape_string(a.pads) +
+                ") must be 2 positive sizes, 2 positive strides and 4 pads of 0 or more");
+    }
+    return a;
   }
 
-  // org.onnxtrain::FusedConv (passes/fuse_conv_pool.h) may carry pool "MaxPool2x2".
-  static bool fused_pool(const KernelInfo& info) {
-    const std::string pool = info.string_attribute("pool", "");
-    if (!pool.empty() && pool != "MaxPool2x2") {
-      info.fail("attribute 'pool' is '" + pool + "'; onnxtrain fuses only 'MaxPool2x2'");
+  // The fused pool's window over the convolution's output, floor rounding.
+  pool::MaxWindow pool_window(KernelContext& ctx, const ConvGeometry& g) const {
+    if (g.spatial() != 2) ctx.fail("a fused MaxPool needs a 2-D convolution, the output is " + shape_string(g.out_shape));
+    const PoolAttributes& a = *pool_;
+    pool::MaxWindow window{a.kernel[0], a.kernel[1], a.strides[0], a.strides[1], a.pads[0], a.pads[1], 0, 0};
+    const int64_t padded_h = g.out[0] + a.pads[0] + a.pads[2], padded_w = g.out[1] + a.pads[1] + a.pads[3];
+    if (padded_h < a.kernel[0] || padded_w < a.kernel[1]) {
+      ctx.fail("the fused MaxPool's window " + shape_string(a.kernel) + " is larger than the padded convolution output " +
+               shape_string(Shape{padded_h, padded_w}));
     }
-    return !pool.empty();
+    window.out_h = (padded_h - a.kernel[0]) / a.strides[0] + 1;
+    window.out_w = (padded_w - a.kernel[1]) / a.strides[1] + 1;
+    return window;
   }
 
   // org.onnxtrain::FusedConv (passes/fuse_conv_relu.h) carries activation "Relu".
@@ -768,10 +794,10 @@ class ConvKernelBase : public OpKernel {
     return false;
   }
 
-  // Writes the convolution into y; with `pooled`, returns true when it wrote the 2 x 2 max
-  // pool of it there instead (straight from oneDNN's channel blocks).
+  // Writes the convolution into y; with `pooled`, returns true when it wrote the max pool
+  // of it (over `window`) there instead, straight from oneDNN's channel blocks.
   bool run_onednn(KernelContext& ctx, const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor* bias,
-                  Tensor& y, Tensor* pooled) {
+                  Tensor& y, Tensor* pooled, const pool::MaxWindow& window) {
     if (!transpose_ && x.dtype() == DType::kFloat32) {
       if (constant_w_ && streams_weights(g)) {
         run_streaming(ctx, g, x, bias, y);
@@ -820,8 +846,15 @@ class ConvKernelBase : public OpKernel {
       if (blocks.block != 0) {
         Tensor blocked = onednn::scratch_bytes(ctx, prepared.dst.get_size());
         run_conv(ctx, prepared, xs.raw_data(), ws.raw_data(), bias_data, blocked.raw_data(), true);
-        pool::max_2x2_from_channel_blocks(static_cast<const float*>(blocked.raw_data()), pooled->data<float>(), g.n,
-                                          g.m, g.out[0], g.out[1], blocks.block);
+        const int64_t pooled_pixels = window.out_h * window.out_w;
+        Tensor pooled_blocked = onednn::scratch_bytes(ctx, prepared.dst.get_size() / shape_size(g.out) * pooled_pixels);
+        pool::max_2d_channel_blocks(static_cast<const float*>(blocked.raw_data()),
+                                    static_cast<float*>(pooled_blocked.raw_data()), g.n, g.m, g.out[0], g.out[1],
+                                    blocks.block, window);
+        const onednn::ChannelBlocks unblock{g.n, g.m, pooled_pixels, blocks.block, true};
+        onednn::ThreadScope scope(onednn::threads_for(static_cast<double>(pooled->nbytes()), onednn::kBytesPerThread,
+                                                      ctx.num_threads()));
+        unblock.run(static_cast<const float*>(pooled_blocked.raw_data()), pooled->data<float>());
         return true;
       }
     }
@@ -906,7 +939,7 @@ class ConvKernelBase : public OpKernel {
   ConvAttributes attrs_;
   bool transpose_;
   bool relu_;
-  bool pool_;  // a 2 x 2 max pool after (and after the ReLU)
+  std::optional<PoolAttributes> pool_;  // a max pool after (and after the ReLU)
   const Tensor* constant_w_;
   std::vector<int64_t> key_;  // the cache key, rebuilt in place each run
   onednn::ShapeCache<PreparedConv> cache_;

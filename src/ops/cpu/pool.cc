@@ -7,7 +7,9 @@
 // that counts pads in ceil mode (oneDNN would count the ceil overhang as padding too).
 // The global pools are plain per-channel reductions.
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -344,7 +346,8 @@ class PoolKernel final : public OpKernel {
     if (y.numel() == 0) return;
     if (g.in_size() == 0) ctx.fail("X " + shape_string(x.shape()) + " has an empty spatial axis");
     if (x.dtype() == DType::kFloat32 && is_max_pool_2x2(attrs_, g, want_indices)) {
-      pool::max_2x2(x.data<float>(), y.data<float>(), g.n * g.c, g.in[1], g.in[2]);
+      const pool::MaxWindow two_by_two{.out_h = g.out[1], .out_w = g.out[2]};
+      pool::max_2d(x.data<float>(), y.data<float>(), g.n * g.c, g.in[1], g.in[2], two_by_two);
       return;
     }
     if (use_onednn(x.dtype(), g, want_indices)) {
@@ -450,12 +453,13 @@ const KernelRegistration kGlobalLpPool{"", "GlobalLpPool", 1, kLatestOpset, glob
 
 }  // namespace
 
-// ---- the 2 x 2 max pool shared with conv.cc ----
+// ---- 2-D max pools shared with conv.cc ----
 
 namespace pool {
+namespace {
 
-// Each window is the larger of its two rows' pairwise maxima: vertical pairs first, as one
-// vectorizable pass over two input rows, then neighbours.
+// The 2 x 2, stride 2 window: each is the larger of its two rows' pairwise maxima, vertical
+// pairs first as one vectorizable pass over two input rows, then neighbours.
 template <typename T>
 void max_2x2(const T* x, T* y, int64_t planes, int64_t h, int64_t w) {
   using C = compute_type_t<T>;
@@ -478,35 +482,36 @@ void max_2x2(const T* x, T* y, int64_t planes, int64_t h, int64_t w) {
   });
 }
 
-template void max_2x2(const float*, float*, int64_t, int64_t, int64_t);
-template void max_2x2(const double*, double*, int64_t, int64_t, int64_t);
-template void max_2x2(const Float16*, Float16*, int64_t, int64_t, int64_t);
-template void max_2x2(const BFloat16*, BFloat16*, int64_t, int64_t, int64_t);
+// The input rows or columns [begin, end) a window starting at `start` covers.
+std::pair<int64_t, int64_t> window_span(int64_t start, int64_t kernel, int64_t size) {
+  return {std::max<int64_t>(start, 0), std::min(start + kernel, size)};
+}
 
-namespace {
+using Float8 = float __attribute__((vector_size(8 * sizeof(float))));
+using Float16Lanes = float __attribute__((vector_size(16 * sizeof(float))));
 
-// One output row of windows for a whole channel block, then its rows into Y per channel.
+// Any window over one channel block at a time, a vector of `kBlock` channels per pixel.
 template <int kBlock>
-void max_2x2_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w) {
-  const int64_t blocks = (c + kBlock - 1) / kBlock, out_h = h / 2, out_w = w / 2;
+void max_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, const MaxWindow& win) {
+  // (vector_size on a type that depends on kBlock would be ignored)
+  using Channels = std::conditional_t<kBlock == 8, Float8, Float16Lanes>;
+  const int64_t blocks = (c + kBlock - 1) / kBlock;
   parallel_for(n * blocks, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> tile(static_cast<size_t>(out_w * kBlock));
     for (int64_t i = begin; i < end; ++i) {
-      const int64_t first_channel = i % blocks * kBlock, valid = std::min<int64_t>(kBlock, c - first_channel);
       const float* in = x + i * h * w * kBlock;
-      for (int64_t oh = 0; oh < out_h; ++oh) {
-        const float* top = in + 2 * oh * w * kBlock;
-        const float* bottom = top + w * kBlock;
-        for (int64_t ow = 0; ow < out_w; ++ow)
-          for (int l = 0; l < kBlock; ++l) {
-            const int64_t left = 2 * ow * kBlock + l, right = left + kBlock;
-            const float m0 = bottom[left] > top[left] ? bottom[left] : top[left];
-            const float m1 = bottom[right] > top[right] ? bottom[right] : top[right];
-            tile[static_cast<size_t>(ow * kBlock + l)] = m1 > m0 ? m1 : m0;
-          }
-        for (int64_t j = 0; j < valid; ++j) {
-          float* row = y + ((i / blocks * c + first_channel + j) * out_h + oh) * out_w;
-          for (int64_t ow = 0; ow < out_w; ++ow) row[ow] = tile[static_cast<size_t>(ow * kBlock + j)];
+      float* out = y + i * win.out_h * win.out_w * kBlock;
+      for (int64_t oh = 0; oh < win.out_h; ++oh) {
+        const auto [r0, r1] = window_span(oh * win.stride_h - win.pad_top, win.kernel_h, h);
+        for (int64_t ow = 0; ow < win.out_w; ++ow) {
+          const auto [c0, c1] = window_span(ow * win.stride_w - win.pad_left, win.kernel_w, w);
+          Channels best = Channels{} - std::numeric_limits<float>::infinity();
+          for (int64_t r = r0; r < r1; ++r)
+            for (int64_t col = c0; col < c1; ++col) {
+              Channels pixel;
+              std::memcpy(&pixel, in + (r * w + col) * kBlock, sizeof pixel);
+              best = pixel > best ? pixel : best;
+            }
+          std::memcpy(out + (oh * win.out_w + ow) * kBlock, &best, sizeof best);
         }
       }
     }
@@ -515,11 +520,44 @@ void max_2x2_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, i
 
 }  // namespace
 
-void max_2x2_from_channel_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t block) {
+template <typename T>
+void max_2d(const T* x, T* y, int64_t planes, int64_t h, int64_t w, const MaxWindow& win) {
+  if (win.is_2x2()) {
+    max_2x2(x, y, planes, h, w);
+    return;
+  }
+  using C = compute_type_t<T>;
+  parallel_for(planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(h * w, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t plane = begin; plane < end; ++plane) {
+      const T* xp = x + plane * h * w;
+      for (int64_t oh = 0; oh < win.out_h; ++oh) {
+        const auto [r0, r1] = window_span(oh * win.stride_h - win.pad_top, win.kernel_h, h);
+        for (int64_t ow = 0; ow < win.out_w; ++ow) {
+          const auto [c0, c1] = window_span(ow * win.stride_w - win.pad_left, win.kernel_w, w);
+          C best = -std::numeric_limits<C>::infinity();
+          for (int64_t r = r0; r < r1; ++r)
+            for (int64_t col = c0; col < c1; ++col) {
+              const C v = static_cast<C>(xp[r * w + col]);
+              best = v > best ? v : best;
+            }
+          y[(plane * win.out_h + oh) * win.out_w + ow] = static_cast<T>(best);
+        }
+      }
+    }
+  });
+}
+
+template void max_2d(const float*, float*, int64_t, int64_t, int64_t, const MaxWindow&);
+template void max_2d(const double*, double*, int64_t, int64_t, int64_t, const MaxWindow&);
+template void max_2d(const Float16*, Float16*, int64_t, int64_t, int64_t, const MaxWindow&);
+template void max_2d(const BFloat16*, BFloat16*, int64_t, int64_t, int64_t, const MaxWindow&);
+
+void max_2d_channel_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t block,
+                           const MaxWindow& window) {
   if (block == 8) {
-    max_2x2_blocks<8>(x, y, n, c, h, w);
+    max_blocks<8>(x, y, n, c, h, w, window);
   } else {
-    max_2x2_blocks<16>(x, y, n, c, h, w);
+    max_blocks<16>(x, y, n, c, h, w, window);
   }
 }
 

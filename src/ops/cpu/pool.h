@@ -1,17 +1,29 @@
-// The 2 x 2, stride 2 max pool (floor rounding, no padding) that pool.cc runs for MaxPool
-// and conv.cc for a convolution fused with it (passes/fuse_conv_pool.h).
+// 2-D max pools that pool.cc runs for MaxPool and conv.cc for a convolution fused with the
+// MaxPool after it (passes/fuse_conv_pool.h).
 #pragma once
 
 #include <cstdint>
 
 namespace onnxtrain::pool {
 
-// x [planes, h, w] -> y [planes, h / 2, w / 2], in T (float, double, Float16, BFloat16).
-template <typename T>
-void max_2x2(const T* x, T* y, int64_t planes, int64_t h, int64_t w);
+// A 2-D max pool window without dilation, floor rounding: the output is out_h x out_w;
+// windows start at -pad_top, -pad_left, and padding never wins.
+struct MaxWindow {
+  int64_t kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_top = 0, pad_left = 0;
+  int64_t out_h = 0, out_w = 0;
 
-// x in channel blocks ([n][ceil(c / block)][h][w][block], block 8 or 16: a convolution's
-// float32 output in oneDNN's layout) -> y plain [n, c, h / 2, w / 2].
-void max_2x2_from_channel_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t block);
+  bool is_2x2() const {
+    return kernel_h == 2 && kernel_w == 2 && stride_h == 2 && stride_w == 2 && pad_top == 0 && pad_left == 0;
+  }
+};
+
+// x [planes, h, w] -> y [planes, out_h, out_w], in T (float, double, Float16, BFloat16).
+template <typename T>
+void max_2d(const T* x, T* y, int64_t planes, int64_t h, int64_t w, const MaxWindow& window);
+
+// In channel blocks ([n][ceil(c / block)][h][w][block], block 8 or 16: a convolution's
+// float32 output in oneDNN's layout): x [.., h, w, ..] -> y [.., out_h, out_w, ..].
+void max_2d_channel_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t block,
+                           const MaxWindow& window);
 
 }  // namespace onnxtrain::pool
