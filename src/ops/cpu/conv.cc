@@ -846,15 +846,8 @@ class ConvKernelBase : public OpKernel {
       if (blocks.block != 0) {
         Tensor blocked = onednn::scratch_bytes(ctx, prepared.dst.get_size());
         run_conv(ctx, prepared, xs.raw_data(), ws.raw_data(), bias_data, blocked.raw_data(), true);
-        const int64_t pooled_pixels = window.out_h * window.out_w;
-        Tensor pooled_blocked = onednn::scratch_bytes(ctx, prepared.dst.get_size() / shape_size(g.out) * pooled_pixels);
-        pool::max_2d_channel_blocks(static_cast<const float*>(blocked.raw_data()),
-                                    static_cast<float*>(pooled_blocked.raw_data()), g.n, g.m, g.out[0], g.out[1],
-                                    blocks.block, window);
-        const onednn::ChannelBlocks unblock{g.n, g.m, pooled_pixels, blocks.block, true};
-        onednn::ThreadScope scope(onednn::threads_for(static_cast<double>(pooled->nbytes()), onednn::kBytesPerThread,
-                                                      ctx.num_threads()));
-        unblock.run(static_cast<const float*>(pooled_blocked.raw_data()), pooled->data<float>());
+        pool::max_2d_from_channel_blocks(static_cast<const float*>(blocked.raw_data()), pooled->data<float>(), g.n,
+                                         g.m, g.out[0], g.out[1], blocks.block, window);
         return true;
       }
     }

@@ -490,28 +490,49 @@ std::pair<int64_t, int64_t> window_span(int64_t start, int64_t kernel, int64_t s
 using Float8 = float __attribute__((vector_size(8 * sizeof(float))));
 using Float16Lanes = float __attribute__((vector_size(16 * sizeof(float))));
 
-// Any window over one channel block at a time, a vector of `kBlock` channels per pixel.
+// Any window over one channel block at a time, a vector of `kBlock` channels per pixel: a
+// row of windows into `tile`, then its channels into Y's planes (one pass, where pooling
+// into blocks and transposing after took 0.093 ms instead of 0.077 for the small CNN at
+// batch 8 on two threads).
 template <int kBlock>
 void max_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, const MaxWindow& win) {
   // (vector_size on a type that depends on kBlock would be ignored)
   using Channels = std::conditional_t<kBlock == 8, Float8, Float16Lanes>;
   const int64_t blocks = (c + kBlock - 1) / kBlock;
+  const bool two_by_two = win.is_2x2();
   parallel_for(n * blocks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> tile(static_cast<size_t>(win.out_w * kBlock));
     for (int64_t i = begin; i < end; ++i) {
+      const int64_t first_channel = i % blocks * kBlock, valid = std::min<int64_t>(kBlock, c - first_channel);
       const float* in = x + i * h * w * kBlock;
-      float* out = y + i * win.out_h * win.out_w * kBlock;
+      const auto at = [&](int64_t r, int64_t col) {
+        Channels pixel;
+        std::memcpy(&pixel, in + (r * w + col) * kBlock, sizeof pixel);
+        return pixel;
+      };
       for (int64_t oh = 0; oh < win.out_h; ++oh) {
         const auto [r0, r1] = window_span(oh * win.stride_h - win.pad_top, win.kernel_h, h);
         for (int64_t ow = 0; ow < win.out_w; ++ow) {
-          const auto [c0, c1] = window_span(ow * win.stride_w - win.pad_left, win.kernel_w, w);
-          Channels best = Channels{} - std::numeric_limits<float>::infinity();
-          for (int64_t r = r0; r < r1; ++r)
-            for (int64_t col = c0; col < c1; ++col) {
-              Channels pixel;
-              std::memcpy(&pixel, in + (r * w + col) * kBlock, sizeof pixel);
-              best = pixel > best ? pixel : best;
-            }
-          std::memcpy(out + (oh * win.out_w + ow) * kBlock, &best, sizeof best);
+          Channels best;
+          if (two_by_two) {  // the common case without the window's bounds, in max_2x2's order
+            const Channels a = at(2 * oh, 2 * ow), b = at(2 * oh, 2 * ow + 1);
+            const Channels c = at(2 * oh + 1, 2 * ow), d = at(2 * oh + 1, 2 * ow + 1);
+            const Channels left = c > a ? c : a, right = d > b ? d : b;
+            best = right > left ? right : left;
+          } else {
+            const auto [c0, c1] = window_span(ow * win.stride_w - win.pad_left, win.kernel_w, w);
+            best = Channels{} - std::numeric_limits<float>::infinity();
+            for (int64_t r = r0; r < r1; ++r)
+              for (int64_t col = c0; col < c1; ++col) {
+                const Channels pixel = at(r, col);
+                best = pixel > best ? pixel : best;
+              }
+          }
+          std::memcpy(tile.data() + ow * kBlock, &best, sizeof best);
+        }
+        for (int64_t j = 0; j < valid; ++j) {
+          float* row = y + ((i / blocks * c + first_channel + j) * win.out_h + oh) * win.out_w;
+          for (int64_t ow = 0; ow < win.out_w; ++ow) row[ow] = tile[static_cast<size_t>(ow * kBlock + j)];
         }
       }
     }
@@ -552,8 +573,8 @@ template void max_2d(const double*, double*, int64_t, int64_t, int64_t, const Ma
 template void max_2d(const Float16*, Float16*, int64_t, int64_t, int64_t, const MaxWindow&);
 template void max_2d(const BFloat16*, BFloat16*, int64_t, int64_t, int64_t, const MaxWindow&);
 
-void max_2d_channel_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t block,
-                           const MaxWindow& window) {
+void max_2d_from_channel_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t block,
+                                const MaxWindow& window) {
   if (block == 8) {
     max_blocks<8>(x, y, n, c, h, w, window);
   } else {

@@ -21,9 +21,9 @@ struct MaxWindow {
 template <typename T>
 void max_2d(const T* x, T* y, int64_t planes, int64_t h, int64_t w, const MaxWindow& window);
 
-// In channel blocks ([n][ceil(c / block)][h][w][block], block 8 or 16: a convolution's
-// float32 output in oneDNN's layout): x [.., h, w, ..] -> y [.., out_h, out_w, ..].
-void max_2d_channel_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t block,
-                           const MaxWindow& window);
+// x in channel blocks ([n][ceil(c / block)][h][w][block], block 8 or 16: a convolution's
+// float32 output in oneDNN's layout) -> y plain [n, c, out_h, out_w].
+void max_2d_from_channel_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t block,
+                                const MaxWindow& window);
 
 }  // namespace onnxtrain::pool
