@@ -115,7 +115,7 @@ memory::format_tag channel_blocked_tag(size_t rank, int64_t block) {
   }
 }
 
-using Float8 = float __attribute__((vector_size(8 * sizeof(float))));
+using Float8 = vector_math::Vector<float, 8>;
 
 // Transposes the 8 x 8 tile r (r[i][j] becomes r[j][i]) in registers.
 void transpose_8x8(Float8 r[8]) {

@@ -24,6 +24,7 @@
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "ops/cpu/vector_math.h"
 #include "ops/kernel.h"
 
 namespace onnxtrain::onednn {
@@ -244,14 +245,9 @@ inline void append_key(std::vector<int64_t>& key, const Tensor& t) {
 
 inline constexpr int kLanes = 16;
 
+// kLanes values of A in one vector.
 template <typename A>
-struct LaneVectorOf {
-  typedef A type __attribute__((vector_size(kLanes * sizeof(A))));
-};
-
-// kLanes values of A in one vector (GCC's vector extension: registers, not memory).
-template <typename A>
-using LaneVector = typename LaneVectorOf<A>::type;
+using LaneVector = vector_math::Vector<A, kLanes>;
 
 // op over all lanes, halving the vector in registers: through an array, the scalar reads
 // of vector-written lanes stalled on store forwarding (softmax over 16 positions: 60 ns

@@ -9,12 +9,12 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <type_traits>
 #include <vector>
 
 #include "core/dispatch.h"
 #include "ops/cpu/onednn.h"
 #include "ops/cpu/pool.h"
+#include "ops/cpu/vector_math.h"
 #include "ops/cpu/window.h"
 #include "ops/kernel_registry.h"
 
@@ -487,17 +487,13 @@ std::pair<int64_t, int64_t> window_span(int64_t start, int64_t kernel, int64_t s
   return {std::max<int64_t>(start, 0), std::min(start + kernel, size)};
 }
 
-using Float8 = float __attribute__((vector_size(8 * sizeof(float))));
-using Float16Lanes = float __attribute__((vector_size(16 * sizeof(float))));
-
 // Any window over one channel block at a time, a vector of `kBlock` channels per pixel: a
 // row of windows into `tile`, then its channels into Y's planes (one pass, where pooling
 // into blocks and transposing after took 0.093 ms instead of 0.077 for the small CNN at
 // batch 8 on two threads).
 template <int kBlock>
 void max_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, const MaxWindow& win) {
-  // (vector_size on a type that depends on kBlock would be ignored)
-  using Channels = std::conditional_t<kBlock == 8, Float8, Float16Lanes>;
+  using Channels = vector_math::Vector<float, kBlock>;
   const int64_t blocks = (c + kBlock - 1) / kBlock;
   const bool two_by_two = win.is_2x2();
   parallel_for(n * blocks, 1, [&](int64_t begin, int64_t end) {

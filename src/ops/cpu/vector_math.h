@@ -21,6 +21,19 @@
 
 namespace onnxtrain::vector_math {
 
+template <typename T, int N>
+struct VectorOf {
+  // (vector_size holds on a class member typedef; on an alias template whose type depends
+  // on a template parameter GCC ignores it)
+  typedef T type __attribute__((vector_size(N * sizeof(T))));
+  static_assert(sizeof(type) == N * sizeof(T), "vector_size was ignored");
+};
+
+// N values of T in one vector, GCC's vector extension: arithmetic, comparisons and selects
+// lane by lane, kept in registers.
+template <typename T, int N>
+using Vector = typename VectorOf<T, N>::type;
+
 // x rounded to the nearest integer (ties to even), for |x| < 2^22: adding 1.5 * 2^23 pushes
 // the fraction out of the mantissa.
 ONNXTRAIN_VECTOR_INLINE float round_to_int(float x) {

@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "core/parallel.h"
+#include "ops/cpu/vector_math.h"
 
 namespace onnxtrain {
 
@@ -23,7 +24,7 @@ namespace weight_stream {
 
 inline constexpr int64_t kMaxColumns = 8;  // columns per pass, their sums in registers
 inline constexpr int64_t kBlock = 16;      // outputs per block: one 64-byte vector
-using Lanes = float __attribute__((vector_size(kBlock * sizeof(float))));
+using Lanes = vector_math::Vector<float, kBlock>;
 using Product = void (*)(const float*, const float*, int64_t, int64_t, int64_t, Lanes*);
 
 // sums[c] = sum over k of w[k] * columns[k * k_stride + c * c_stride], for one block of 16
