@@ -252,6 +252,8 @@ struct PreparedConv {
   Tensor packed_weights;  // defined when W is constant
   // The per-run layout changes, where the primitive's layouts differ from the plain ones.
   std::optional<onednn::Reorder> src_in, weights_in, dst_out;
+  // dst_out as a change of channel blocking (block 0 when it is another change, or none).
+  onednn::ChannelBlocks dst_blocks;
 };
 
 template <typename PrimitiveDesc>
@@ -274,6 +276,7 @@ PreparedConv finish_prepare(const PrimitiveDesc& pd, dnnl::primitive primitive, 
   }
   if (p.src != src_user) p.src_in.emplace(src_user, p.src, threads);
   if (p.dst != dst_user) p.dst_out.emplace(p.dst, dst_user, threads);
+  p.dst_blocks = onednn::ChannelBlocks::between(p.dst, dst_user);
   return p;
 }
 
@@ -727,15 +730,13 @@ class ConvKernelBase : public OpKernel {
     PoolAttributes a{info.ints_attribute("pool_kernel_shape", std::vector<int64_t>{}),
                      info.ints_attribute("pool_strides", std::vector<int64_t>{}),
                      info.ints_attribute("pool_pads", std::vector<int64_t>{})};
-    const auto all_at_least = [](const std::vector<int64_t>& v, int64_t least) {
-      return std::all_of(v.begin(), v.end(), [&](int64_t i) { return i >= least; });
-    };
-    if (a.kernel.size() != 2 || a.strides.size() != 2 || a.pads.size() != 4 || !all_at_least(a.kernel, 1) ||
-        !all_at_least(a.strides, 1) || !all_at_least(a.pads, 0)) {
+    if (a.kernel.size() != 2 || a.strides.size() != 2 || a.pads.size() != 4 ||
+        std::any_of(a.kernel.begin(), a.kernel.end(), [](int64_t k) { return k < 1; })) {
       info.fail("the fused pool's window (pool_kernel_shape " + shape_string(a.kernel) + ", pool_strides " +
                 shape_string(a.strides) + ", pool_pads " + shape_string(a.pads) +
-                ") must be 2 positive sizes, 2 positive strides and 4 pads of 0 or more");
+                ") must be 2 positive sizes, 2 strides and 4 pads");
     }
+    window::check_steps_and_pads(info, a.strides, {}, a.pads);
     return a;
   }
 
@@ -840,16 +841,12 @@ class ConvKernelBase : public OpKernel {
     const Tensor bs = !bias ? Tensor() : native ? *bias : onednn::to_float32(ctx, *bias);
     const bool direct = native && !crop;
     const void* bias_data = bias ? bs.raw_data() : nullptr;
-    if (pooled && direct && x.dtype() == DType::kFloat32 && prepared.dst_out) {
-      const memory::desc plain = onednn::plain_desc(to_dims(g.out_shape), memory::data_type::f32);
-      const onednn::ChannelBlocks blocks = onednn::ChannelBlocks::between(prepared.dst, plain);
-      if (blocks.block != 0) {
-        Tensor blocked = onednn::scratch_bytes(ctx, prepared.dst.get_size());
-        run_conv(ctx, prepared, xs.raw_data(), ws.raw_data(), bias_data, blocked.raw_data(), true);
-        pool::max_2d_from_channel_blocks(static_cast<const float*>(blocked.raw_data()), pooled->data<float>(), g.n,
-                                         g.m, g.out[0], g.out[1], blocks.block, window);
-        return true;
-      }
+    if (pooled && direct && prepared.dst_blocks.block != 0) {
+      Tensor blocked = onednn::scratch_bytes(ctx, prepared.dst.get_size());
+      run_conv(ctx, prepared, xs.raw_data(), ws.raw_data(), bias_data, blocked.raw_data(), true);
+      pool::max_2d_from_channel_blocks(static_cast<const float*>(blocked.raw_data()), pooled->data<float>(), g.n, g.m,
+                                       g.out[0], g.out[1], prepared.dst_blocks.block, window);
+      return true;
     }
     Tensor ys = direct ? y : ctx.allocate_scratch(native ? x.dtype() : DType::kFloat32, inner.out_shape);
     run_conv(ctx, prepared, xs.raw_data(), ws.raw_data(), bias_data, ys.raw_data());
