@@ -132,6 +132,13 @@ STEM = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}  # ResN
     ((4, 24), 3, (11, 9), {"kernel_shape": [3, 2], "strides": [1, 2], "pads": [0, 1, 2, 0]}),
     ((4, 16), 3, (6, 6), {"kernel_shape": [2, 2]}),  # stride 1
     ((32, 16), 1, (2, 2), STEM),  # pooled after the streamed weights, windows mostly padding
+    # 2x2 windows whose bottom or right padding makes the last window overhang the input: the
+    # bounded loop, not the 2x2 fast path (issue 15 E: pads [0,0,1,1] on 5x5 read past the rows)
+    ((3, 8), 3, (5, 5), {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [0, 0, 1, 1]}),
+    ((3, 8), 3, (5, 6), {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [0, 0, 1, 0]}),
+    ((8, 16), 3, (6, 5), {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [0, 0, 0, 1]}),
+    ((8, 16), 3, (4, 4), {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [0, 0, 1, 1]}),  # pads, no overhang
+    ((32, 16), 3, (3, 3), {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [0, 0, 1, 1]}),  # streamed weights
 ])
 @pytest.mark.parametrize("relu", [False, True])
 @pytest.mark.parametrize("batch", [1, 3])

@@ -495,7 +495,7 @@ template <int kBlock>
 void max_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64_t w, const MaxWindow& win) {
   using Channels = vector_math::Vector<float, kBlock>;
   const int64_t blocks = (c + kBlock - 1) / kBlock;
-  const bool two_by_two = win.is_2x2();
+  const bool two_by_two = win.is_unbounded_2x2(h, w);
   parallel_for(n * blocks, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> tile(static_cast<size_t>(win.out_w * kBlock));
     for (int64_t i = begin; i < end; ++i) {
@@ -539,7 +539,7 @@ void max_blocks(const float* x, float* y, int64_t n, int64_t c, int64_t h, int64
 
 template <typename T>
 void max_2d(const T* x, T* y, int64_t planes, int64_t h, int64_t w, const MaxWindow& win) {
-  if (win.is_2x2()) {
+  if (win.is_unbounded_2x2(h, w)) {
     max_2x2(x, y, planes, h, w);
     return;
   }

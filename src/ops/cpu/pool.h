@@ -12,8 +12,12 @@ struct MaxWindow {
   int64_t kernel_h = 2, kernel_w = 2, stride_h = 2, stride_w = 2, pad_top = 0, pad_left = 0;
   int64_t out_h = 0, out_w = 0;
 
-  bool is_2x2() const {
-    return kernel_h == 2 && kernel_w == 2 && stride_h == 2 && stride_w == 2 && pad_top == 0 && pad_left == 0;
+  // A 2x2 window with stride 2 whose every window lies inside the h x w input, so it can be
+  // read without bounds: bottom or right padding (or ceil rounding) makes the last window
+  // overhang, and then the bounded loop must run.
+  bool is_unbounded_2x2(int64_t h, int64_t w) const {
+    return kernel_h == 2 && kernel_w == 2 && stride_h == 2 && stride_w == 2 && pad_top == 0 && pad_left == 0 &&
+           2 * out_h <= h && 2 * out_w <= w;
   }
 };
 

@@ -33,6 +33,13 @@ def test_maxpool_2x2_stride_2(shape):
     pool("MaxPool", randn(*shape), kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
 
 
+@pytest.mark.parametrize("pads", [[0, 0, 1, 1], [0, 0, 1, 0], [0, 0, 0, 1]])
+@pytest.mark.parametrize("shape", [(1, 2, 5, 5), (2, 3, 4, 7)])
+def test_maxpool_2x2_end_pads(shape, pads):
+    """2x2 windows whose last row or column overhangs into the end padding."""
+    pool("MaxPool", randn(*shape), kernel_shape=[2, 2], strides=[2, 2], pads=pads)
+
+
 def test_maxpool_strides_pads_dilations():
     pool("MaxPool", randn(2, 3, 12, 11), kernel_shape=[3, 3], strides=[2, 1], pads=[1, 0, 2, 1], dilations=[2, 1])
 
