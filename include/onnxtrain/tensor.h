@@ -20,6 +20,11 @@ using Shape = std::vector<int64_t>;
 
 // Number of elements of a shape (1 for a scalar).
 int64_t shape_size(std::span<const int64_t> shape) noexcept;
+// The bytes of a dense `dtype` tensor of `shape`, checked: a negative dimension, or a size
+// that overflows or exceeds 2^62 bytes, throws Error (kInvalidArgument) naming the shape. Every
+// buffer size and offset computed from a shape that did not come from a live tensor goes
+// through it.
+size_t tensor_bytes(DType dtype, std::span<const int64_t> shape);
 // "[2, 3, 4]"
 std::string shape_string(std::span<const int64_t> shape);
 

@@ -1,4 +1,6 @@
 // The Python extension onnxtrain._C. Thin: the Python package shapes the public API.
+#include <omp.h>
+
 #include <algorithm>
 
 #include <nanobind/nanobind.h>
@@ -114,6 +116,9 @@ void bind_inference(nb::module_& m) {
     }
     return ops;
   });
+  // The OpenMP thread count a new parallel region of this thread would get: tests check that
+  // a session leaves it as it was.
+  m.def("_openmp_max_threads", [] { return omp_get_max_threads(); });
 }
 
 }  // namespace onnxtrain::bindings

@@ -62,7 +62,7 @@ Tensor borrow_array(const HostArray& array, const std::string& what) {
   }
   Shape shape(array.ndim());
   for (size_t i = 0; i < array.ndim(); ++i) shape[i] = static_cast<int64_t>(array.shape(i));
-  const size_t bytes = static_cast<size_t>(shape_size(shape)) * dtype_size(dtype);
+  const size_t bytes = tensor_bytes(dtype, shape);
   return Tensor(dtype, std::move(shape), Storage::borrow(const_cast<void*>(array.data()), bytes, nullptr));
 }
 

@@ -8,6 +8,24 @@
 
 namespace onnxtrain {
 
+// Sets the calling thread's OpenMP thread count for a scope and restores it after: a session
+// never leaves the process's thread setting changed (an all-cores session after a 1-thread
+// one, or torch's own threads around an ORTModule call).
+class ThreadScope {
+ public:
+  explicit ThreadScope(int threads) : saved_(omp_get_max_threads()) {
+    if (threads > 0 && threads != saved_) omp_set_num_threads(threads);
+  }
+  ~ThreadScope() {
+    if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
+  }
+  ThreadScope(const ThreadScope&) = delete;
+  ThreadScope& operator=(const ThreadScope&) = delete;
+
+ private:
+  int saved_;
+};
+
 // Calls f(begin, end) over [0, n) in chunks of at least `grain` items, in parallel when
 // there is more than one chunk.
 template <typename F>

@@ -19,6 +19,24 @@ int64_t shape_size(std::span<const int64_t> shape) noexcept {
   return n;
 }
 
+size_t tensor_bytes(DType dtype, std::span<const int64_t> shape) {
+  constexpr uint64_t kMaxBytes = uint64_t{1} << 62;
+  uint64_t elements = 1;
+  bool overflow = false;
+  for (int64_t d : shape) {
+    if (d < 0) throw Error("negative dimension in shape " + shape_string(shape), ErrorKind::kInvalidArgument);
+    overflow |= __builtin_mul_overflow(elements, static_cast<uint64_t>(d), &elements);
+  }
+  uint64_t bytes = 0;
+  overflow |= __builtin_mul_overflow(elements, static_cast<uint64_t>(dtype_size(dtype)), &bytes);
+  if (overflow || bytes > kMaxBytes) {
+    throw Error("a " + std::string(dtype_name(dtype)) + " tensor of shape " + shape_string(shape) +
+                    " is too large (more than 2^62 bytes)",
+                ErrorKind::kInvalidArgument);
+  }
+  return static_cast<size_t>(bytes);
+}
+
 std::string shape_string(std::span<const int64_t> shape) {
   std::string text = "[";
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -135,14 +153,12 @@ std::shared_ptr<Storage> Storage::borrow(void* data, size_t bytes, std::shared_p
 
 Tensor::Tensor(DType dtype, Shape shape, std::shared_ptr<Storage> storage, size_t byte_offset)
     : dtype_(dtype), shape_(std::move(shape)), storage_(std::move(storage)), offset_(byte_offset) {
-  for (int64_t d : shape_) {
-    if (d < 0) throw Error("negative dimension in shape " + shape_string(shape_), ErrorKind::kInvalidArgument);
-  }
+  const size_t bytes = tensor_bytes(dtype_, shape_);
   if (!is_supported(dtype_)) {
     throw Error("unsupported tensor element type " + std::string(dtype_name(dtype_)),
                 ErrorKind::kNotImplemented);
   }
-  if (storage_ && offset_ + nbytes() > storage_->bytes()) {
+  if (storage_ && (offset_ > storage_->bytes() || bytes > storage_->bytes() - offset_)) {
     throw Error("tensor of shape " + shape_string(shape_) + " does not fit its buffer");
   }
 }
@@ -152,9 +168,8 @@ Tensor Tensor::empty(DType dtype, Shape shape) {
     throw Error("unsupported tensor element type " + std::string(dtype_name(dtype)),
                 ErrorKind::kNotImplemented);
   }
-  const int64_t n = shape_size(shape);
-  if (n < 0) throw Error("negative dimension in shape " + shape_string(shape), ErrorKind::kInvalidArgument);
-  return Tensor(dtype, std::move(shape), Storage::allocate(static_cast<size_t>(n) * dtype_size(dtype)));
+  const size_t bytes = tensor_bytes(dtype, shape);
+  return Tensor(dtype, std::move(shape), Storage::allocate(bytes));
 }
 
 Tensor Tensor::zeros(DType dtype, Shape shape) {

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <climits>
 #include <cstring>
 #include <fstream>
@@ -34,16 +35,16 @@ class ExternalData {
                   ErrorKind::kInvalidModel);
     }
     const MappedFile& file = map(base_dir_ / location, tensor_name);
-    const size_t bytes = static_cast<size_t>(shape_size(shape)) * dtype_size(dtype);
+    const size_t bytes = tensor_bytes(dtype, shape);
     if (length && *length != bytes) {
       throw Error("tensor '" + tensor_name + "': external data length " + std::to_string(*length) +
                       " does not match its shape " + shape_string(shape) + " (" + std::to_string(bytes) + " bytes)",
                   ErrorKind::kInvalidModel);
     }
-    if (offset + bytes > file.size) {
+    if (offset > file.size || bytes > file.size - offset) {
       throw Error("tensor '" + tensor_name + "': external data file '" + (base_dir_ / location).string() +
                       "' is too short (" + std::to_string(file.size) + " bytes, need " +
-                      std::to_string(offset + bytes) + ")",
+                      std::to_string(offset) + " + " + std::to_string(bytes) + ")",
                   ErrorKind::kInvalidModel);
     }
     // Copy out of the mapping: a tensor must stay valid and aligned after the file changes.
@@ -151,14 +152,27 @@ struct Reader {
     return out;
   }
 
+  // An external-data offset or length: decimal digits only (no sign, no spaces), in range.
+  static size_t external_data_number(const std::string& tensor_name, const char* key, const std::string& text) {
+    size_t value = 0;
+    const char* end = text.data() + text.size();
+    const auto [stop, error] = std::from_chars(text.data(), end, value);
+    if (text.empty() || error != std::errc{} || stop != end) {
+      throw Error("tensor '" + tensor_name + "': external data " + key + " '" + text +
+                      "' is not a non-negative integer that fits in 64 bits",
+                  ErrorKind::kInvalidModel);
+    }
+    return value;
+  }
+
   Tensor external_tensor(const onnx::TensorProto& proto, DType dtype, Shape shape) const {
     std::string location;
     size_t offset = 0;
     std::optional<size_t> length;
     for (const auto& entry : proto.external_data()) {
       if (entry.key() == "location") location = entry.value();
-      else if (entry.key() == "offset") offset = std::stoull(entry.value());
-      else if (entry.key() == "length") length = std::stoull(entry.value());
+      else if (entry.key() == "offset") offset = external_data_number(proto.name(), "offset", entry.value());
+      else if (entry.key() == "length") length = external_data_number(proto.name(), "length", entry.value());
     }
     if (external == nullptr) {
       throw Error("tensor '" + proto.name() + "' uses external data, which needs the model's path",
@@ -230,6 +244,26 @@ struct Reader {
     return n;
   }
 
+  // "" is ONNX's "no value" (an omitted optional input or output): it cannot name an
+  // initializer, a graph input or output, or a Constant's value.
+  static void check_names(const Graph& g) {
+    const auto where = [&](const std::string& what) { return "graph '" + g.name + "': " + what + " has an empty name"; };
+    for (size_t i = 0; i < g.initializers.size(); ++i) {
+      if (g.initializers[i].first.empty()) throw Error(where("initializer " + std::to_string(i)), ErrorKind::kInvalidModel);
+    }
+    for (size_t i = 0; i < g.inputs.size(); ++i) {
+      if (g.inputs[i].name.empty()) throw Error(where("input " + std::to_string(i)), ErrorKind::kInvalidModel);
+    }
+    for (size_t i = 0; i < g.outputs.size(); ++i) {
+      if (g.outputs[i].name.empty()) throw Error(where("output " + std::to_string(i)), ErrorKind::kInvalidModel);
+    }
+    for (const Node& n : g.nodes) {
+      if (n.op_type == "Constant" && (n.outputs.empty() || n.outputs[0].empty())) {
+        throw Error(where("the output of node '" + n.name + "' (Constant)"), ErrorKind::kInvalidModel);
+      }
+    }
+  }
+
   Graph graph(const onnx::GraphProto& proto) const {
     Graph g;
     g.name = proto.name();
@@ -239,6 +273,7 @@ struct Reader {
     for (const auto& v : proto.output()) g.outputs.push_back(value_info(v));
     for (const auto& v : proto.value_info()) g.value_info.push_back(value_info(v));
     for (const auto& t : proto.initializer()) g.initializers.emplace_back(t.name(), tensor(t));
+    check_names(g);
     if (proto.sparse_initializer_size()) {
       throw Error("graph '" + g.name + "' has sparse initializers, which onnxtrain does not support yet",
                   ErrorKind::kNotImplemented);

@@ -10,6 +10,7 @@
 #include <new>
 #include <set>
 
+#include "core/parallel.h"
 #include "ops/kernel_registry.h"
 #include "passes/fold_batch_norm.h"
 #include "passes/fuse_conv_pool.h"
@@ -139,7 +140,7 @@ class Executor::Frame final : public BufferSource {
     }
     if (in >= 0 && out >= 0 && !executor_.is_graph_output_[static_cast<size_t>(out)] && dies_here(in)) {
       const Tensor& source = *values_[static_cast<size_t>(in)];
-      const size_t bytes = static_cast<size_t>(shape_size(shape)) * dtype_size(dtype);
+      const size_t bytes = tensor_bytes(dtype, shape);
       const auto& storage = source.storage();
       if (storage && storage->origin() == StorageOrigin::kArena && storage.use_count() == 1 &&
           source.byte_offset() + bytes <= storage->bytes()) {
@@ -150,7 +151,7 @@ class Executor::Frame final : public BufferSource {
   }
 
   Tensor allocate_scratch(DType dtype, Shape shape) override {
-    const size_t bytes = static_cast<size_t>(shape_size(shape)) * dtype_size(dtype);
+    const size_t bytes = tensor_bytes(dtype, shape);
     return Tensor(dtype, std::move(shape), arena_.allocate(bytes));
   }
 
@@ -201,7 +202,10 @@ Executor::Executor(ir::Model model, SessionOptions options) : model_(std::move(m
     for (const auto& out : node.outputs) add_value(out);
   }
   constants_.resize(value_names_.size());
-  for (const auto& [name, tensor] : graph.initializers) constants_[static_cast<size_t>(value_id(name))] = tensor;
+  for (const auto& [name, tensor] : graph.initializers) {
+    if (name.empty()) throw Error("an initializer has an empty name", ErrorKind::kInvalidModel);
+    constants_[static_cast<size_t>(value_id(name))] = tensor;
+  }
 
   std::set<std::string> initializer_names;
   for (const auto& [name, tensor] : graph.initializers) initializer_names.insert(name);
@@ -457,7 +461,7 @@ std::vector<Tensor> Executor::run_program(const Program& program, const std::vec
     signature_.push_back(static_cast<int64_t>(t->rank()));
     signature_.insert(signature_.end(), t->shape().begin(), t->shape().end());
   }
-  if (options_.intra_op_num_threads > 0) omp_set_num_threads(options_.intra_op_num_threads);
+  const ThreadScope thread_scope(options_.intra_op_num_threads);  // restored when the run returns
   const int threads = omp_get_max_threads();
 
   auto planned = plans_.find(signature_);

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "core/file.h"
+#include "core/json.h"
 
 namespace onnxtrain::safetensors {
 namespace fs = std::filesystem;
@@ -253,8 +254,8 @@ Header parse_header(const fs::path& path, const std::string& text, uint64_t data
   };
   json header;
   try {
-    header = json::parse(text, note_keys);
-  } catch (const json::exception& e) {
+    header = parse_bounded_json(text, note_keys);
+  } catch (const std::exception& e) {
     fail(path, std::string("the header is not valid JSON: ") + e.what());
   }
   if (!header.is_object()) fail(path, "the header is not a JSON object");

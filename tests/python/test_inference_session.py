@@ -140,6 +140,42 @@ def test_thread_count_option_gives_the_same_result():
     np.testing.assert_allclose(one[0], two[0], rtol=1e-6)
 
 
+def test_a_session_leaves_the_process_thread_count_as_it_was(tmp_path):
+    """A 1-thread session does not leave the next all-cores session (or torch) on 1 thread
+    (issue 14): the count is set for each run and restored after it."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import numpy as np, torch, onnxtrain
+        from onnxtrain import _C
+        from test_inference_session import small_model
+        torch.set_num_threads(2)
+        before, torch_before = _C._openmp_max_threads(), torch.get_num_threads()
+        options = onnxtrain.SessionOptions()
+        options.intra_op_num_threads = 1
+        x = np.ones((64, 4), np.float32)
+        onnxtrain.InferenceSession(small_model().SerializeToString(), sess_options=options).run(None, {"x": x})
+        after_one = _C._openmp_max_threads()
+        onnxtrain.InferenceSession(small_model().SerializeToString()).run(None, {"x": x})
+        print(before, after_one, _C._openmp_max_threads(), torch_before, torch.get_num_threads())
+        """
+    )
+    import os
+
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(onnxtrain.__file__)))
+    path = [os.path.dirname(os.path.abspath(__file__)), package_root, os.environ.get("PYTHONPATH", "")]
+    env = dict(os.environ, OMP_NUM_THREADS="3", PYTHONPATH=os.pathsep.join(path))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    before, after_one, after_all, torch_before, torch_after = map(int, done.stdout.split())
+    assert before > 1, "the test needs a process default above the 1-thread session's"
+    assert after_one == before and after_all == before
+    assert torch_before == torch_after == 2
+
+
 def resident_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096 / 2**20

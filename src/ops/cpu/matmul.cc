@@ -301,6 +301,10 @@ class GemmKernel final : public OpKernel {
     Tensor& out = ctx.allocate_output(0, a.dtype(), {s.m, s.n});
     if (out.numel() == 0) return;
     const DType dtype = a.dtype();
+    if (s.k == 0) {  // an empty sum (an empty batch's weight gradient): oneDNN would divide by it
+      dispatch<ONNXTRAIN_NUMERIC_TYPES>(dtype, "Gemm", [&]<typename T>() { empty_product<T>(c, out); });
+      return;
+    }
     if (dtype == DType::kFloat32 && streams_b(c, s)) {
       run_streaming(a, c, out, s);
       return;
@@ -358,6 +362,19 @@ class GemmKernel final : public OpKernel {
       else
         std::fill(po + o, po + o + n, *x);
     });
+  }
+
+  // out = beta * C, or zeros without C: the product of an empty inner dimension.
+  template <typename T>
+  void empty_product(const Tensor* c, Tensor& out) const {
+    using C = compute_type_t<T>;
+    T* po = out.data<T>();
+    if (!c) {
+      std::fill(po, po + out.numel(), T(C(0)));
+      return;
+    }
+    fill_c<T>(*c, out);
+    for (int64_t i = 0; i < out.numel(); ++i) po[i] = static_cast<T>(static_cast<C>(beta_ * static_cast<double>(static_cast<C>(po[i]))));
   }
 
   // True when C is a row vector ([n] or [1, n]) added as it is: oneDNN's bias argument.
@@ -444,10 +461,7 @@ class GemmKernel final : public OpKernel {
     const Tensor bt = trans_b_ ? transposed<T>(ctx, b) : b;
     onednn::MatmulBatch batch{s.m, s.k, s.n, s.k, s.n, {0}, {0}};
     T* po = out.data<T>();
-    if (s.k == 0)
-      std::fill(po, po + out.numel(), T(0));
-    else
-      onednn::matmul_loop(at.data<T>(), bt.data<T>(), po, batch);
+    onednn::matmul_loop(at.data<T>(), bt.data<T>(), po, batch);
     if (alpha_ == 1.0f && !c) return;
     Tensor cb;
     if (c) {

@@ -88,23 +88,10 @@ inline constexpr double kFlopsPerThread = 1e6;
 // Bytes per thread for memory-bound primitives (reorders, pooling): about 15 us of copying.
 inline constexpr double kBytesPerThread = 128 * 1024;
 
-// Sets the calling thread's OpenMP thread count for a scope. oneDNN splits a primitive's
-// work for the thread count when the primitive is created and runs its loops with the
-// count when it executes, so both happen inside a ThreadScope with the same count.
-class ThreadScope {
- public:
-  explicit ThreadScope(int threads) : saved_(omp_get_max_threads()) {
-    if (threads != saved_) omp_set_num_threads(threads);
-  }
-  ~ThreadScope() {
-    if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);
-  }
-  ThreadScope(const ThreadScope&) = delete;
-  ThreadScope& operator=(const ThreadScope&) = delete;
-
- private:
-  int saved_;
-};
+// ThreadScope (core/parallel.h): oneDNN splits a primitive's work for the thread count when the
+// primitive is created and runs its loops with the count when it executes, so both happen
+// inside a ThreadScope with the same count.
+using onnxtrain::ThreadScope;
 
 // The attributes every Primitive's descriptor is created with (the scratchpad comes from
 // the run, see Primitive); `attr` adds to given ones.

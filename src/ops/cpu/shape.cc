@@ -54,6 +54,12 @@ std::optional<std::vector<int64_t>> optional_ints(const KernelContext& ctx, size
   return int64_values(ctx, ctx.input(i), "input " + std::to_string(i));
 }
 
+// The values of a required 1-D integer input; a missing one (an empty name) fails naming it.
+std::vector<int64_t> required_ints(const KernelContext& ctx, size_t i, std::string_view name) {
+  if (!ctx.has_input(i)) ctx.fail("required input " + std::to_string(i) + " ('" + std::string(name) + "') is missing");
+  return int64_values(ctx, ctx.input(i), std::string(name));
+}
+
 // The one value of a scalar or 1-element tensor, as double.
 double scalar_value(const KernelContext& ctx, const Tensor& t, std::string_view what) {
   if (t.numel() != 1) ctx.fail(std::string(what) + " has shape " + shape_string(t.shape()) + ", expected one element");
@@ -287,7 +293,7 @@ const KernelRegistration kReshape{"", "Reshape", 5, kLatestOpset, [](const Kerne
                                     const bool allow_zero = info.int_attribute("allowzero", 0) != 0;
                                     return make_kernel([allow_zero](KernelContext& ctx) {
                                       const Tensor& x = ctx.input(0);
-                                      const std::vector<int64_t> requested = *optional_ints(ctx, 1);
+                                      const std::vector<int64_t> requested = required_ints(ctx, 1, "shape");
                                       ctx.set_output(0,
                                                      x.reshaped(reshape_target(ctx, x.shape(), requested, allow_zero)));
                                     });
@@ -600,8 +606,8 @@ const KernelRegistration kSlice1{"", "Slice", 1, 9, [](const KernelInfo& info) {
 const KernelRegistration kSlice10{"", "Slice", 10, kLatestOpset, [](const KernelInfo&) {
                                     return make_kernel([](KernelContext& ctx) {
                                       SliceArguments a;
-                                      a.starts = *optional_ints(ctx, 1);
-                                      a.ends = *optional_ints(ctx, 2);
+                                      a.starts = required_ints(ctx, 1, "starts");
+                                      a.ends = required_ints(ctx, 2, "ends");
                                       if (auto axes = optional_ints(ctx, 3)) {
                                         a.axes = std::move(*axes);
                                       } else {
@@ -621,7 +627,7 @@ const KernelRegistration kExpand{
     "", "Expand", 8, kLatestOpset, [](const KernelInfo&) {
       return make_kernel([](KernelContext& ctx) {
         const Tensor& x = ctx.input(0);
-        const Shape target = *optional_ints(ctx, 1);
+        const Shape target = required_ints(ctx, 1, "shape");
         for (int64_t d : target) {
           if (d < 0) ctx.fail("shape " + shape_string(target) + " has a negative dimension");
         }
@@ -641,7 +647,7 @@ const KernelRegistration kExpand{
 const KernelRegistration kTile{"", "Tile", 6, kLatestOpset, [](const KernelInfo&) {
                                  return make_kernel([](KernelContext& ctx) {
                                    const Tensor& x = ctx.input(0);
-                                   const std::vector<int64_t> repeats = *optional_ints(ctx, 1);
+                                   const std::vector<int64_t> repeats = required_ints(ctx, 1, "repeats");
                                    if (repeats.size() != x.rank()) {
                                      ctx.fail("repeats " + shape_string(repeats) + " has " +
                                               std::to_string(repeats.size()) + " entries, expected the input rank " +
@@ -838,7 +844,7 @@ const KernelRegistration kPad11{
     "", "Pad", 11, kLatestOpset, [](const KernelInfo& info) {
       const PadMode mode = pad_mode(info, info.string_attribute("mode", "constant"), info.opset());
       return make_kernel([mode](KernelContext& ctx) {
-        const std::vector<int64_t> pads = *optional_ints(ctx, 1);
+        const std::vector<int64_t> pads = required_ints(ctx, 1, "pads");
         double value = 0;
         if (ctx.has_input(2) && ctx.input(2).numel() > 0) {
           const Tensor& v = ctx.input(2);
@@ -981,7 +987,7 @@ const KernelRegistration kConstantOfShape{
         value = *t;
       }
       return make_kernel([value](KernelContext& ctx) {
-        const Shape shape = *optional_ints(ctx, 0);
+        const Shape shape = required_ints(ctx, 0, "input");
         for (int64_t d : shape) {
           if (d < 0) ctx.fail("shape " + shape_string(shape) + " has a negative dimension");
         }
