@@ -32,7 +32,7 @@ const KernelRegistration kRelu{"", "Relu", 6, kLatestOpset, [](const KernelInfo&
                                  return make_kernel([](KernelContext& ctx) {
                                    dispatch<ONNXTRAIN_FLOAT_TYPES, ONNXTRAIN_SIGNED_INT_TYPES>(
                                        ctx.input(0).dtype(), "Relu", [&]<typename T>() {
-                                         unary<T>(ctx, [](auto x) { return x > decltype(x)(0) ? x : decltype(x)(0); });
+                                         unary<T>(ctx, [](auto x) { return x < decltype(x)(0) ? decltype(x)(0) : x; });  // NaN stays NaN
                                        });
                                  });
                                }};
@@ -90,7 +90,8 @@ const KernelRegistration kSigmoid{"", "Sigmoid", 6, kLatestOpset, [](const Kerne
 
 template <typename F>
 ONNXTRAIN_VECTOR_INLINE F hard_sigmoid(F x, F alpha, F beta) {
-  return std::max(F(0), std::min(F(1), alpha * x + beta));
+  const F v = alpha * x + beta;
+  return v < F(0) ? F(0) : (v > F(1) ? F(1) : v);  // NaN stays NaN
 }
 
 const KernelRegistration kHardSigmoid{"", "HardSigmoid", 6, kLatestOpset, [](const KernelInfo& info) {

@@ -165,6 +165,20 @@ def test_activation_large_empty_and_extreme(op):
     check(op, {"x": extreme}, expected=None if expected is None else [expected.astype(np.float32)])
 
 
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=lambda t: np.dtype(t).name)
+def test_activation_propagates_nan_as_onnxruntime(case, dtype):
+    """NaN in, NaN out where onnxruntime gives NaN (Relu gave 0; issue 15), on the vector
+    loop and its tail."""
+    op, attrs = case
+    x = randn(3, 37, dtype=dtype)
+    x[0, 0] = x[1, 17] = x[2, 36] = np.nan
+    if op in FLOAT64_FORMULAS and dtype != np.float32:  # references that compute float64 in float32
+        check(op, {"x": x}, attrs, expected=[FLOAT64_FORMULAS[op](x, **attrs).astype(dtype)])
+        return
+    check(op, {"x": x}, attrs, opset=22 if op != "Celu" or dtype == np.float32 else 12)
+
+
 def test_softplus_does_not_overflow():
     x = np.array([-200, -90, 0, 90, 200, 1e30], np.float32)
     expected = np.logaddexp(0, x.astype(np.float64)).astype(np.float32)

@@ -247,6 +247,23 @@ def test_max_and_min_propagate_nan():
                  expected=[np.array(expected, np.float32)])
 
 
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_nan_propagates_as_in_onnxruntime(op, dtype):
+    """A NaN anywhere in a reduced row makes the result NaN (issue 15), every reduction and
+    every engine path: the short row, a long row (vectorized), and the inner axis."""
+    x = np.abs(data((3, 70), dtype)) + 0.5
+    x[0, 1] = np.nan
+    x[2, 69] = np.nan
+    for axes in ([1], [0]):
+        if op in ("ReduceMax", "ReduceMin"):  # onnxruntime 1.23 skips NaN here; numpy, torch and the spec do not
+            inputs, attrs = reduce_inputs(op, x, axes, 18)
+            expected = (np.max if op == "ReduceMax" else np.min)(x, axis=axes[0])
+            check_op(op, inputs, dict(attrs, keepdims=0), opset=18, expected=[expected])
+        else:
+            check_reduce(op, x, axes, keepdims=0)
+
+
 # Reducing an empty set (opset 18+/20 spec): 0 for sums, 1 for products, -inf for Max,
 # LogSum and LogSumExp, +inf for Min, nan for Mean.
 EMPTY = {
