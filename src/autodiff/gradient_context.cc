@@ -225,6 +225,10 @@ std::vector<std::string> RuleTable::op_types(std::string_view domain) const {
   return ops;
 }
 
-void no_gradient(GradientContext&) {}
+void piecewise_constant(GradientContext& g) {
+  const std::string dy = g.grad_of_output(0);
+  if (dy.empty() || !g.needs_grad(0)) return;
+  g.set_input_grad(0, g.zeros(g.shape_of(g.input(0)), dy));
+}
 
 }  // namespace onnxtrain::autodiff

@@ -143,8 +143,9 @@ struct RuleRegistration {
   }
 };
 
-// A rule for ops whose inputs get no gradient (piecewise-constant outputs such as Floor,
-// Sign or Round): their gradient is absent, not an error.
-void no_gradient(GradientContext& g);
+// The rule for piecewise-constant ops (Floor, Ceil, Round, Sign): the gradient is zero almost
+// everywhere, so input 0 gets zeros of its shape, as in torch (a requested gradient that
+// reaches the outputs only through such ops is still an output of the gradient graph).
+void piecewise_constant(GradientContext& g);
 
 }  // namespace onnxtrain::autodiff

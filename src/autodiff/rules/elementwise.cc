@@ -251,10 +251,10 @@ const RuleRegistration kElementwiseRules{
     {"CastLike", cast},
     {"Identity", identity},
     // Piecewise constant: no gradient.
-    {"Floor", no_gradient},
-    {"Ceil", no_gradient},
-    {"Round", no_gradient},
-    {"Sign", no_gradient},
+    {"Floor", piecewise_constant},
+    {"Ceil", piecewise_constant},
+    {"Round", piecewise_constant},
+    {"Sign", piecewise_constant},
 };
 
 }  // namespace

@@ -137,6 +137,24 @@ def test_integer_values_have_no_gradient() -> None:
     np.testing.assert_array_equal(out["table_grad"], [[0, 0, 0], [2, 2, 2], [0, 0, 0], [0, 0, 0]])
 
 
+def test_piecewise_constant_ops_give_zero_gradients() -> None:
+    """Round, Floor, Ceil and Sign have a zero gradient almost everywhere: a requested
+    gradient through them is an output of zeros, as torch gives (issue 15)."""
+    for op in ("Round", "Floor", "Ceil", "Sign"):
+        m = model([helper.make_node(op, ["x"], ["r"]), helper.make_node("Mul", ["r", "x"], ["y"])],
+                  [helper.make_tensor_value_info("x", F, [3])], [helper.make_tensor_value_info("y", F, [3])])
+        g = onnxtrain.build_gradient_graph(m, ["x"], ["y"])
+        assert "x_grad" in [o.name for o in g.graph.output], op
+        x = np.array([1.2, -2.7, 3.5], np.float32)
+        out = run(g, {"x": x, "y_grad": np.ones(3, np.float32)})
+        r = {"Round": np.round, "Floor": np.floor, "Ceil": np.ceil, "Sign": np.sign}[op](x)
+        np.testing.assert_array_equal(out["x_grad"], r, err_msg=op)  # d(r * x)/dx = r + x * 0
+        only = model([helper.make_node(op, ["x"], ["y"])], [helper.make_tensor_value_info("x", F, [3])],
+                     [helper.make_tensor_value_info("y", F, [3])])
+        out = run(onnxtrain.build_gradient_graph(only, ["x"], ["y"]), {"x": x, "y_grad": np.ones(3, np.float32)})
+        np.testing.assert_array_equal(out["x_grad"], np.zeros(3, np.float32), err_msg=op)
+
+
 def test_absent_gradients_are_absent_not_zeros() -> None:
     """`unused` does not reach the loss; `x` reaches it only through an integer Cast."""
     m = model(
