@@ -56,7 +56,9 @@ class Module {
   // The next train_step overwrites the gradients instead of adding to them.
   void lazy_reset_grad() noexcept { reset_grad_ = true; }
   // True once a train_step has computed gradients (since construction).
-  bool has_gradients() const noexcept { return has_gradients_; }
+  bool has_gradients() const noexcept { return gradient_steps_ > 0; }
+  // How many train_steps have computed gradients (since construction).
+  int64_t gradient_steps() const noexcept { return gradient_steps_; }
 
   // The user inputs and outputs of the training (true) or eval (false) model.
   std::vector<std::string> input_names(bool training) const;
@@ -94,7 +96,7 @@ class Module {
   std::filesystem::path eval_model_path_;
   std::filesystem::path train_model_path_;
   bool reset_grad_ = true;
-  bool has_gradients_ = false;
+  int64_t gradient_steps_ = 0;
 };
 
 class Optimizer {
@@ -108,8 +110,10 @@ class Optimizer {
   ~Optimizer();
 
   // Updates every trainable parameter in place with its gradient. Throws when no
-  // gradient has been computed yet.
+  // gradient has been computed yet, or when no train_step ran since the last step() (the
+  // same gradients would be applied twice).
   void step();
+  // Throws unless lr is finite and ≥ 0.
   void set_learning_rate(double lr);
   double learning_rate() const;
   // The number of updates made so far (kept in the checkpoint's optimizer state).
@@ -119,12 +123,14 @@ class Optimizer {
   struct Model;
   Module* module_ = nullptr;
   std::unique_ptr<Model> model_;
+  int64_t applied_gradient_steps_ = 0;  // module_->gradient_steps() at the last step()
 };
 
 // lr(t) = initial_lr * t / warmup for t < warmup, then initial_lr * (total - t) / (total -
 // warmup), clamped at 0, where t is the optimizer's step count — so a resumed run continues
 // the schedule. Sets the optimizer's rate on construction and on every step() (call it
-// after Optimizer::step()).
+// after Optimizer::step()). Past total_step_count the rate stays 0, as in onnxruntime-training.
+// Throws for a negative or non-finite initial_lr and for warmup outside [0, total].
 class LinearLRScheduler {
  public:
   LinearLRScheduler(Optimizer& optimizer, int64_t warmup_step_count, int64_t total_step_count, double initial_lr);

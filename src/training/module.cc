@@ -219,7 +219,7 @@ std::vector<Tensor> Module::run(Model& model, const std::vector<Tensor>& inputs,
   std::vector<Tensor> outputs = model.executor->run(model.binding, model.feeds, model.destinations);
   if (training && !roles.trained.empty()) {
     reset_grad_ = false;
-    has_gradients_ = true;
+    ++gradient_steps_;
   }
   outputs.resize(roles.user_outputs.size());
   return outputs;

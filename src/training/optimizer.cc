@@ -1,6 +1,7 @@
 #include <onnxtrain/training.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <span>
 
@@ -134,6 +135,11 @@ void Optimizer::step() {
                 "(module.train(); module(*inputs))",
                 ErrorKind::kInvalidArgument);
   }
+  if (module_->gradient_steps() == applied_gradient_steps_) {
+    throw Error("Optimizer.step(): these gradients were applied by the previous step(); run a training step "
+                "(module(*inputs)) before the next one",
+                ErrorKind::kInvalidArgument);
+  }
   Model& m = *model_;
   CheckpointState& state = module_->state();
   OptimizerState& optimizer = state.optimizer_state();
@@ -163,10 +169,13 @@ void Optimizer::step() {
   }
   m.executor->run(m.binding, m.feeds, m.destinations);
   optimizer.step = step;
+  applied_gradient_steps_ = module_->gradient_steps();
 }
 
 void Optimizer::set_learning_rate(double lr) {
-  if (!(lr >= 0.0)) throw Error("learning rate must be ≥ 0, got " + std::to_string(lr), ErrorKind::kInvalidArgument);
+  if (!(lr >= 0.0 && std::isfinite(lr))) {
+    throw Error("learning rate must be finite and ≥ 0, got " + std::to_string(lr), ErrorKind::kInvalidArgument);
+  }
   module_->state().optimizer_state().learning_rate = lr;
 }
 
@@ -177,6 +186,10 @@ int64_t Optimizer::step_count() const { return module_->state().optimizer_state(
 LinearLRScheduler::LinearLRScheduler(Optimizer& optimizer, int64_t warmup_step_count, int64_t total_step_count,
                                      double initial_lr)
     : optimizer_(&optimizer), warmup_(warmup_step_count), total_(total_step_count), initial_lr_(initial_lr) {
+  if (!(initial_lr >= 0.0 && std::isfinite(initial_lr))) {
+    throw Error("LinearLRScheduler: initial_lr must be finite and ≥ 0, got " + std::to_string(initial_lr),
+                ErrorKind::kInvalidArgument);
+  }
   if (warmup_ < 0 || total_ < warmup_) {
     throw Error("LinearLRScheduler: need 0 ≤ warmup_step_count ≤ total_step_count, got " + std::to_string(warmup_) +
                     " and " + std::to_string(total_),

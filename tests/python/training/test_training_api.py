@@ -311,3 +311,24 @@ def test_batchnorm_running_statistics_follow_torch(tmp_path):
     eval_model = onnx.load(str(tmp_path / "eval_model.onnx"))
     assert all(not any(a.name == "training_mode" and a.i for a in n.attribute)
                for n in eval_model.graph.node if n.op_type == "BatchNormalization")
+
+
+def test_misuse_raises_at_the_wrong_call(mlp_case, mlp_artifacts):
+    """Issue 15: the same gradients applied twice, a non-finite learning rate and a negative
+    schedule are errors where they are made, not silently wrong training."""
+    _, module = load(mlp_artifacts)
+    optimizer = Optimizer(mlp_artifacts / "optimizer_model.onnx", module)
+    x, y = mlp_case.batches(1)[0]
+    module(x, y)
+    optimizer.step()
+    with pytest.raises(ValueError, match="applied by the previous step"):
+        optimizer.step()
+    module(x, y)
+    optimizer.step()  # a new training call makes the next step valid again
+    for bad in (float("inf"), float("-inf"), float("nan"), -0.5):
+        with pytest.raises(ValueError, match="learning rate must be finite and ≥ 0"):
+            optimizer.set_learning_rate(bad)
+    with pytest.raises(ValueError, match="initial_lr must be finite and ≥ 0"):
+        LinearLRScheduler(optimizer, warmup_step_count=1, total_step_count=4, initial_lr=-0.1)
+    with pytest.raises(ValueError, match="initial_lr must be finite"):
+        LinearLRScheduler(optimizer, warmup_step_count=1, total_step_count=4, initial_lr=float("nan"))
