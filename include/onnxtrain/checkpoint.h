@@ -17,7 +17,8 @@
 // - "__metadata__" holds "format": "pt" (what safetensors.torch writes) and "onnxtrain": a
 //   JSON string with the typed state: format version, the parameters in order with their
 //   requires_grad flags, which tensors are optimizer moments, step, learning rate,
-//   properties with their types, and whether the checkpoint is nominal.
+//   properties with their types, whether the checkpoint is nominal, and the CRC-32C of each
+//   tensor's bytes ("checksums": {tensor name: 8 hex digits}).
 // A nominal checkpoint holds no tensor data at all: the names, shapes, element types and
 // requires_grad flags of the parameters live in that metadata.
 //
@@ -115,8 +116,10 @@ class CheckpointState {
 // Reads a checkpoint — full or nominal — or any safetensors file. Everything is checked:
 // a truncated file, a corrupt header, offsets outside the data or not tiling it, byte
 // counts that do not match shape x element size, and onnxtrain metadata that does not fit
-// the tensors throw an Error naming the file and, where there is one, the tensor.
-CheckpointState load_checkpoint(const std::filesystem::path& path);
+// the tensors throw an Error naming the file and, where there is one, the tensor. With
+// `verify`, each tensor's bytes are checked against the CRC-32C saved with it (files saved by
+// onnxtrain since format checksums; other safetensors files have none to check).
+CheckpointState load_checkpoint(const std::filesystem::path& path, bool verify = true);
 
 // Writes the parameters, properties and, when asked and present, the optimizer state,
 // atomically: a process killed while saving leaves the previous file as it was.

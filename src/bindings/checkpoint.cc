@@ -172,11 +172,11 @@ void bind_checkpoint(nb::module_& m) {
 
   m.def(
       "load_checkpoint",
-      [](const std::filesystem::path& path) {
+      [](const std::filesystem::path& path, bool verify) {
         nb::gil_scoped_release release;
-        return load_checkpoint(path);
+        return load_checkpoint(path, verify);
       },
-      "path"_a);
+      "path"_a, "verify"_a = true);
   m.def(
       "save_checkpoint",
       [](const CheckpointState& state, const std::filesystem::path& path, bool include_optimizer_state) {

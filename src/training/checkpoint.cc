@@ -1,11 +1,14 @@
 #include <onnxtrain/checkpoint.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <unordered_set>
 
+#include "core/checksum.h"
+#include "core/json.h"
 #include "ir/onnx_io.h"
 #include "training/safetensors.h"
 
@@ -35,9 +38,17 @@ std::string describe(const Tensor& t) {
 }
 
 // Reads the typed state of one checkpoint file; every problem names the file.
+// A tensor's CRC-32C as 8 hex digits.
+std::string checksum_text(const Tensor& tensor) {
+  const uint32_t crc = crc32c({static_cast<const std::byte*>(tensor.raw_data()), tensor.nbytes()});
+  char text[9];
+  std::snprintf(text, sizeof text, "%08x", crc);
+  return text;
+}
+
 class StateReader {
  public:
-  StateReader(fs::path path, safetensors::Contents contents) : path_(std::move(path)) {
+  StateReader(fs::path path, safetensors::Contents contents, bool verify) : path_(std::move(path)), verify_(verify) {
     for (auto& [name, tensor] : contents.tensors) {
       file_order_.push_back(name);
       tensors_.emplace(std::move(name), std::move(tensor));
@@ -50,12 +61,13 @@ class StateReader {
     if (entry == metadata_.end()) return read_plain_safetensors();
     json state;
     try {
-      state = json::parse(entry->second);
-    } catch (const json::exception& e) {
+      state = parse_bounded_json(entry->second);
+    } catch (const std::exception& e) {
       fail(path_, std::string("the onnxtrain metadata is not valid JSON: ") + e.what());
     }
     if (!state.is_object()) fail(path_, "the onnxtrain metadata is not a JSON object");
     check_version(state);
+    if (verify_ && state.contains("checksums")) verify_checksums(state["checksums"]);
     CheckpointState result;
     result.set_nominal(field(state, "nominal", &json::is_boolean, "a boolean").get<bool>());
     read_parameters(state, result);
@@ -74,6 +86,21 @@ class StateReader {
       fail(path_, std::string("the onnxtrain metadata's \"") + key + "\" is missing or not " + expected);
     }
     return *it;
+  }
+
+  // Each tensor's bytes against the CRC-32C saved with it: a flipped bit in the data, which
+  // the safetensors layout cannot notice, names the tensor.
+  void verify_checksums(const json& checksums) {
+    if (!checksums.is_object()) fail(path_, "the onnxtrain metadata's \"checksums\" is not an object");
+    for (const auto& [name, tensor] : tensors_) {
+      const auto it = checksums.find(name);
+      if (it == checksums.end() || !it->is_string()) fail(path_, "tensor '" + name + "' has no checksum in the metadata");
+      const std::string computed = checksum_text(tensor);
+      if (it->get<std::string>() != computed) {
+        fail(path_, "tensor '" + name + "' is corrupt: its data has CRC-32C " + computed + ", the metadata says " +
+                        it->get<std::string>() + " (load with verify=False to read it anyway)");
+      }
+    }
   }
 
   void check_version(const json& state) {
@@ -199,6 +226,7 @@ class StateReader {
   }
 
   fs::path path_;
+  bool verify_;
   std::map<std::string, Tensor> tensors_;
   std::vector<std::string> file_order_;
   std::map<std::string, std::string> metadata_;
@@ -269,6 +297,9 @@ void save(const CheckpointState& state, const fs::path& path, bool include_optim
                          {"moments", std::move(moments)}};
   }
   meta["properties"] = write_properties(state.properties());
+  json checksums = json::object();
+  for (const auto& [name, tensor] : tensors) checksums[name] = checksum_text(tensor);
+  meta["checksums"] = std::move(checksums);
 
   std::map<std::string, std::string> metadata{{"format", "pt"}};
   try {
@@ -384,8 +415,8 @@ void CheckpointState::set_optimizer_state(OptimizerState state) {
 
 // ---- files ---------------------------------------------------------------------------
 
-CheckpointState load_checkpoint(const fs::path& path) {
-  return StateReader(path, safetensors::read(path)).read();
+CheckpointState load_checkpoint(const fs::path& path, bool verify) {
+  return StateReader(path, safetensors::read(path), verify).read();
 }
 
 void save_checkpoint(const CheckpointState& state, const fs::path& path, bool include_optimizer_state) {

@@ -431,3 +431,41 @@ def test_a_process_killed_while_saving_leaves_the_previous_checkpoint(tmp_path):
     # The next save clears what the killed writers left behind.
     CheckpointState.save_checkpoint(CheckpointState.load_checkpoint(path), path)
     assert not list(tmp_path.glob("ckpt.tmp-*"))
+
+
+def test_a_flipped_bit_in_tensor_data_names_the_tensor(tmp_path):
+    """Each tensor's CRC-32C is in the metadata; a flipped data bit is found on load, and
+    verify=False reads the file anyway."""
+    data = bytearray(saved_bytes(tmp_path))
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    checksums = json.loads(header["__metadata__"]["onnxtrain"])["checksums"]
+    assert set(checksums) == {k for k in header if k != "__metadata__"}
+    begin, _ = header["2.weight"]["data_offsets"]
+    data[8 + n + begin + 3] ^= 0x10
+    bad = tmp_path / "bad"
+    bad.write_bytes(bytes(data))
+    assert_refused(bad, "tensor '2.weight' is corrupt")
+    state = CheckpointState.load_checkpoint(bad, verify=False)
+    assert "2.weight" in state.parameters
+
+
+def test_crc32c_matches_the_standard_check_value(tmp_path):
+    """The checksum is CRC-32C: its check value for b"123456789" is 0xE3069283."""
+    state = make_state({"w": np.frombuffer(b"123456789" + b"\0" * 3, np.float32).copy()})
+    CheckpointState.save_checkpoint(state, tmp_path / "c")
+    data = (tmp_path / "c").read_bytes()
+    (n,) = struct.unpack("<Q", data[:8])
+    meta = json.loads(json.loads(data[8 : 8 + n])["__metadata__"]["onnxtrain"])
+    assert crc32c_reference(b"123456789") == 0xE3069283
+    assert meta["checksums"]["w"] == f"{crc32c_reference(b'123456789' + bytes(3)):08x}"
+
+
+def crc32c_reference(data: bytes) -> int:
+    """Bitwise CRC-32C, straight from its definition (reflected polynomial 0x82F63B78)."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF

@@ -160,12 +160,14 @@ class CheckpointState:
         self._state = state
 
     @classmethod
-    def load_checkpoint(cls, checkpoint_uri: str | os.PathLike[str]) -> CheckpointState:
+    def load_checkpoint(cls, checkpoint_uri: str | os.PathLike[str], verify: bool = True) -> CheckpointState:
         """Loads a checkpoint (full or nominal) or any safetensors file.
 
-        A truncated or corrupt file raises RuntimeError naming the file and the tensor.
+        A truncated or corrupt file raises RuntimeError naming the file and the tensor. With
+        ``verify`` (the default) each tensor's bytes are checked against the CRC-32C saved
+        with it, so a flipped bit in the data is found too; ``verify=False`` skips that.
         """
-        return cls(_C.load_checkpoint(os.fspath(checkpoint_uri)))
+        return cls(_C.load_checkpoint(os.fspath(checkpoint_uri), bool(verify)))
 
     @classmethod
     def save_checkpoint(
