@@ -21,10 +21,14 @@ enum class ErrorKind {
 class Error : public std::runtime_error {
  public:
   explicit Error(std::string message, ErrorKind kind = ErrorKind::kRuntime)
-      : std::runtime_error(std::move(message)), kind_(kind) {}
+      : std::runtime_error(without_nul(std::move(message))), kind_(kind) {}
   ErrorKind kind() const noexcept { return kind_; }
 
  private:
+  // what() is a C string: a NUL from a model's text (a name, an attribute) would cut the
+  // message there, so it is spelled out as \x00.
+  static std::string without_nul(std::string message);
+
   ErrorKind kind_;
 };
 

@@ -83,10 +83,7 @@ void set_optimizer_state(CheckpointState& state, int64_t step, double learning_r
     for (auto [moment, array] : nb::cast<nb::dict>(value)) {
       const std::string name = nb::cast<std::string>(moment);
       const std::string what = "optimizer moment '" + name + "' of '" + parameter + "'";
-      HostArray host;
-      if (!nb::try_cast(array, host)) {
-        throw Error(what + ": expected a C-contiguous CPU array", ErrorKind::kInvalidArgument);
-      }
+      const HostArray host = host_array(array, what);
       optimizer.moments[parameter][name] = value_for(target.data, host, what).clone();
     }
   }

@@ -2,6 +2,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/filesystem.h>
@@ -68,10 +69,7 @@ nb::tuple run_session(InferenceSession& session, const std::vector<std::string>&
   std::vector<HostArray> arrays;  // keeps the borrowed memory alive through the run
   for (auto [key, value] : feeds) {
     const std::string name = nb::cast<std::string>(key);
-    HostArray array;
-    if (!nb::try_cast(value, array)) {
-      throw Error("input '" + name + "': expected a C-contiguous CPU array", ErrorKind::kInvalidArgument);
-    }
+    HostArray array = host_array(value, "input '" + name + "'");
     Tensor tensor = borrow_array(array, "input '" + name + "'");
     if (std::find(bfloat16_inputs.begin(), bfloat16_inputs.end(), name) != bfloat16_inputs.end()) {
       if (tensor.dtype() != DType::kUInt16) {
@@ -123,6 +121,22 @@ void bind_inference(nb::module_& m) {
 
 }  // namespace onnxtrain::bindings
 
+namespace {
+
+// Raises `type` with `message` decoded leniently: a model's names and attributes may hold
+// invalid UTF-8, which would otherwise turn the real error into a UnicodeDecodeError.
+void set_python_error(PyObject* type, const char* message) {
+  PyObject* text = PyUnicode_DecodeUTF8(message, static_cast<Py_ssize_t>(std::strlen(message)), "replace");
+  if (text == nullptr) {
+    PyErr_SetString(type, "(an error whose message could not be decoded)");
+    return;
+  }
+  PyErr_SetObject(type, text);
+  Py_DECREF(text);
+}
+
+}  // namespace
+
 NB_MODULE(_C, m) {
   m.doc() = "onnxtrain's C++ core";
 
@@ -131,8 +145,10 @@ NB_MODULE(_C, m) {
     try {
       std::rethrow_exception(p);
     } catch (const onnxtrain::Error& e) {
-      if (e.kind() == onnxtrain::ErrorKind::kInvalidArgument) PyErr_SetString(value_error.ptr(), e.what());
-      else PyErr_SetString(PyExc_RuntimeError, e.what());
+      set_python_error(e.kind() == onnxtrain::ErrorKind::kInvalidArgument ? value_error.ptr() : PyExc_RuntimeError,
+                       e.what());
+    } catch (const std::exception& e) {
+      set_python_error(PyExc_RuntimeError, e.what());
     }
   });
 

@@ -51,7 +51,32 @@ nb::dlpack::dtype dlpack_from_dtype(DType dtype) {
   }
 }
 
+// str(object.name), or "?" when Python cannot give it (the error is cleared).
+std::string attribute_text(PyObject* object, const char* name) {
+  nb::object attribute = nb::steal(PyObject_GetAttrString(object, name));
+  nb::object text = attribute ? nb::steal(PyObject_Str(attribute.ptr())) : nb::object();
+  Py_ssize_t size = 0;
+  const char* data = text ? PyUnicode_AsUTF8AndSize(text.ptr(), &size) : nullptr;
+  if (data == nullptr) {
+    PyErr_Clear();
+    return "?";
+  }
+  return std::string(data, static_cast<size_t>(size));
+}
+
 }  // namespace
+
+HostArray host_array(nb::handle value, const std::string& what) {
+  HostArray array;
+  if (nb::try_cast(value, array)) return array;
+  PyErr_Clear();  // numpy's refused DLPack export (a string array) may leave its error set
+  std::string got = "a " + attribute_text(reinterpret_cast<PyObject*>(Py_TYPE(value.ptr())), "__name__");
+  if (nb::hasattr(value, "dtype")) got += " of dtype " + attribute_text(value.ptr(), "dtype");
+  if (nb::hasattr(value, "device")) got += " on device " + attribute_text(value.ptr(), "device");
+  throw Error(what + ": expected a C-contiguous CPU array of numbers or bools (numpy, or a DLPack tensor such as "
+                     "torch's), got " + got,
+              ErrorKind::kInvalidArgument);
+}
 
 Tensor borrow_array(const HostArray& array, const std::string& what) {
   const DType dtype = dtype_from_dlpack(array.dtype());

@@ -9,6 +9,9 @@ namespace onnxtrain::bindings {
 
 using HostArray = nanobind::ndarray<nanobind::ro, nanobind::c_contig, nanobind::device::cpu>;
 
+// `value` as a HostArray; otherwise an Error (kInvalidArgument) that says `what` got instead:
+// the numpy dtype that has no tensor type (strings, objects), the device, or the type.
+HostArray host_array(nanobind::handle value, const std::string& what);
 // Borrows the array's memory (no copy): valid while the array is alive.
 Tensor borrow_array(const HostArray& array, const std::string& what);
 // A numpy array that owns `tensor` (no copy). bfloat16 comes out as uint16 bits.

@@ -24,11 +24,7 @@ nb::list run_with_arrays(const nb::list& inputs, const std::vector<std::string>&
   std::vector<Tensor> tensors;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const std::string what = "input '" + (i < names.size() ? names[i] : std::to_string(i)) + "'";
-    HostArray array;
-    if (!nb::try_cast(inputs[i], array)) {
-      throw Error(what + ": expected a C-contiguous CPU array (numpy, or a DLPack tensor such as torch's)",
-                  ErrorKind::kInvalidArgument);
-    }
+    HostArray array = host_array(inputs[i], what);
     tensors.push_back(borrow_array(array, what));
     arrays.push_back(std::move(array));
   }
@@ -43,11 +39,7 @@ nb::list run_with_arrays(const nb::list& inputs, const std::vector<std::string>&
 }
 
 Tensor borrow_buffer(nb::handle buffer) {
-  HostArray array;
-  if (!nb::try_cast(buffer, array)) {
-    throw Error("copy_buffer_to_parameters: expected a C-contiguous CPU array", ErrorKind::kInvalidArgument);
-  }
-  return borrow_array(array, "copy_buffer_to_parameters");
+  return borrow_array(host_array(buffer, "copy_buffer_to_parameters"), "copy_buffer_to_parameters");
 }
 
 }  // namespace

@@ -208,3 +208,15 @@ def test_constant_weights_are_packed_once_for_every_input_shape(op):
     # Activations and per-shape plans grow too; a copy of the weights per shape would add
     # len(shapes) * weight_mb (160 MB for MatMul, 72 MB for Conv).
     assert resident_mb() - before < 0.3 * len(shapes) * weight_mb
+
+
+def test_text_from_the_model_never_hides_the_error():
+    """Invalid UTF-8 and NUL bytes in a model's names (issue 15: 665 and ~130 fuzz cases)
+    reach the message as U+FFFD and \\x00, not as a UnicodeDecodeError or a cut message."""
+    model = small_model()
+    model.graph.node[2].op_type = "ReluXX"
+    data = model.SerializeToString().replace(b"ReluXX", b"Re\xff\x00lu")
+    with pytest.raises(RuntimeError) as info:
+        onnxtrain.InferenceSession(data)
+    assert "Re\ufffd\\x00lu" in str(info.value), str(info.value)
+

@@ -250,6 +250,8 @@ def test_errors_name_what_was_expected(mlp_case, mlp_artifacts, tmp_path):
         module(x[:, :5].copy(), y)
     with pytest.raises(ValueError, match="input 'labels'.*expected int64"):
         module(x, y.astype(np.float32))
+    with pytest.raises(ValueError, match=r"input 'x': expected .*, got a ndarray of dtype <U1"):
+        module(np.full(x.shape, "a"), y)
     with pytest.raises(ValueError, match="no eval model"):
         module.eval()(x, y)
     with pytest.raises(RuntimeError, match="device 'cuda:1' is not available"):
