@@ -374,7 +374,9 @@ class GemmKernel final : public OpKernel {
       return;
     }
     fill_c<T>(*c, out);
-    for (int64_t i = 0; i < out.numel(); ++i) po[i] = static_cast<T>(static_cast<C>(beta_ * static_cast<double>(static_cast<C>(po[i]))));
+    for (int64_t i = 0; i < out.numel(); ++i) {
+      po[i] = static_cast<T>(static_cast<C>(beta_ * static_cast<double>(static_cast<C>(po[i]))));
+    }
   }
 
   // True when C is a row vector ([n] or [1, n]) added as it is: oneDNN's bias argument.
