@@ -1,16 +1,15 @@
 // The Python extension onnxtrain._C. Thin: the Python package shapes the public API.
-#include <omp.h>
-
-#include <algorithm>
-#include <cstring>
-
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
+#include <omp.h>
 #include <onnxtrain/inference_session.h>
+
+#include <algorithm>
+#include <cstring>
 
 #include "bindings/bindings.h"
 #include "bindings/tensor_conversion.h"
@@ -28,9 +27,12 @@ nb::dict metadata_dict(const ValueMetadata& m) {
   if (m.has_shape) {
     nb::list shape;
     for (size_t i = 0; i < m.shape.size(); ++i) {
-      if (m.shape[i] >= 0) shape.append(m.shape[i]);
-      else if (!m.dim_names[i].empty()) shape.append(m.dim_names[i]);
-      else shape.append(nb::none());
+      if (m.shape[i] >= 0)
+        shape.append(m.shape[i]);
+      else if (!m.dim_names[i].empty())
+        shape.append(m.dim_names[i]);
+      else
+        shape.append(nb::none());
     }
     d["shape"] = shape;
   } else {
@@ -39,11 +41,15 @@ nb::dict metadata_dict(const ValueMetadata& m) {
   return d;
 }
 
+}  // namespace
+
 nb::list metadata_list(const std::vector<ValueMetadata>& values) {
   nb::list list;
   for (const auto& m : values) list.append(metadata_dict(m));
   return list;
 }
+
+namespace {
 
 std::unique_ptr<InferenceSession> make_session(nb::object model, int threads) {
   SessionOptions options;
@@ -64,22 +70,9 @@ std::unique_ptr<InferenceSession> make_session(nb::object model, int threads) {
 // (the outputs as numpy arrays, the positions of the bfloat16 ones among them: numpy holds
 // those as uint16)
 nb::tuple run_session(InferenceSession& session, const std::vector<std::string>& output_names, nb::dict feeds,
-                     const std::vector<std::string>& bfloat16_inputs) {
-  NamedTensors tensors;
+                      const std::vector<std::string>& bfloat16_inputs) {
   std::vector<HostArray> arrays;  // keeps the borrowed memory alive through the run
-  for (auto [key, value] : feeds) {
-    const std::string name = nb::cast<std::string>(key);
-    HostArray array = host_array(value, "input '" + name + "'");
-    Tensor tensor = borrow_array(array, "input '" + name + "'");
-    if (std::find(bfloat16_inputs.begin(), bfloat16_inputs.end(), name) != bfloat16_inputs.end()) {
-      if (tensor.dtype() != DType::kUInt16) {
-        throw Error("input '" + name + "': bfloat16 data must come as uint16 bits", ErrorKind::kInvalidArgument);
-      }
-      tensor = Tensor(DType::kBFloat16, tensor.shape(), tensor.storage());
-    }
-    tensors.emplace_back(name, std::move(tensor));
-    arrays.push_back(array);
-  }
+  const NamedTensors tensors = borrow_feeds(feeds, arrays, bfloat16_inputs);
   std::vector<Tensor> outputs;
   {
     nb::gil_scoped_release release;
@@ -98,11 +91,12 @@ nb::tuple run_session(InferenceSession& session, const std::vector<std::string>&
 
 void bind_inference(nb::module_& m) {
   nb::class_<InferenceSession>(m, "InferenceSession")
-      .def("__init__",
-           [](InferenceSession* self, nb::object model, int threads) {
-             new (self) InferenceSession(std::move(*make_session(std::move(model), threads)));
-           },
-           "model"_a, "intra_op_num_threads"_a = 0)
+      .def(
+          "__init__",
+          [](InferenceSession* self, nb::object model, int threads) {
+            new (self) InferenceSession(std::move(*make_session(std::move(model), threads)));
+          },
+          "model"_a, "intra_op_num_threads"_a = 0)
       .def("run", &run_session, "output_names"_a, "feeds"_a, "bfloat16_inputs"_a)
       .def("inputs", [](const InferenceSession& s) { return metadata_list(s.inputs()); })
       .def("outputs", [](const InferenceSession& s) { return metadata_list(s.outputs()); });
@@ -157,5 +151,5 @@ NB_MODULE(_C, m) {
   onnxtrain::bindings::bind_checkpoint(m);
   onnxtrain::bindings::bind_artifacts(m);
   onnxtrain::bindings::bind_training(m);
+  onnxtrain::bindings::bind_training_agent(m);
 }
-

@@ -1,5 +1,9 @@
 #include "bindings/tensor_conversion.h"
 
+#include <nanobind/stl/string.h>
+
+#include <algorithm>
+
 namespace nb = nanobind;
 
 namespace onnxtrain::bindings {
@@ -11,20 +15,32 @@ DType dtype_from_dlpack(nb::dlpack::dtype t) {
   if (t.lanes != 1) return DType::kUndefined;
   switch (code) {
     case Code::Float:
-      return t.bits == 32 ? DType::kFloat32 : t.bits == 64 ? DType::kFloat64 : t.bits == 16 ? DType::kFloat16 : DType::kUndefined;
-    case Code::Bfloat: return t.bits == 16 ? DType::kBFloat16 : DType::kUndefined;
+      return t.bits == 32   ? DType::kFloat32
+             : t.bits == 64 ? DType::kFloat64
+             : t.bits == 16 ? DType::kFloat16
+                            : DType::kUndefined;
+    case Code::Bfloat:
+      return t.bits == 16 ? DType::kBFloat16 : DType::kUndefined;
     case Code::Int:
-      return t.bits == 8 ? DType::kInt8 : t.bits == 16 ? DType::kInt16 : t.bits == 32 ? DType::kInt32
-             : t.bits == 64 ? DType::kInt64 : DType::kUndefined;
+      return t.bits == 8    ? DType::kInt8
+             : t.bits == 16 ? DType::kInt16
+             : t.bits == 32 ? DType::kInt32
+             : t.bits == 64 ? DType::kInt64
+                            : DType::kUndefined;
     case Code::UInt:
-      return t.bits == 8 ? DType::kUInt8 : t.bits == 16 ? DType::kUInt16 : t.bits == 32 ? DType::kUInt32
-             : t.bits == 64 ? DType::kUInt64 : DType::kUndefined;
-    case Code::Bool: return t.bits == 8 ? DType::kBool : DType::kUndefined;
-    default: return DType::kUndefined;
+      return t.bits == 8    ? DType::kUInt8
+             : t.bits == 16 ? DType::kUInt16
+             : t.bits == 32 ? DType::kUInt32
+             : t.bits == 64 ? DType::kUInt64
+                            : DType::kUndefined;
+    case Code::Bool:
+      return t.bits == 8 ? DType::kBool : DType::kUndefined;
+    default:
+      return DType::kUndefined;
   }
 }
 
-nb::dlpack::dtype dlpack_from_dtype(DType dtype) {
+nb::dlpack::dtype dlpack_from_dtype(DType dtype, bool has_bfloat16 = false) {
   using Code = nb::dlpack::dtype_code;
   auto make = [](Code code, int bits) {
     nb::dlpack::dtype t;
@@ -34,20 +50,34 @@ nb::dlpack::dtype dlpack_from_dtype(DType dtype) {
     return t;
   };
   switch (dtype) {
-    case DType::kFloat32: return make(Code::Float, 32);
-    case DType::kFloat64: return make(Code::Float, 64);
-    case DType::kFloat16: return make(Code::Float, 16);
-    case DType::kBFloat16: return make(Code::UInt, 16);  // numpy has no bfloat16
-    case DType::kInt8: return make(Code::Int, 8);
-    case DType::kInt16: return make(Code::Int, 16);
-    case DType::kInt32: return make(Code::Int, 32);
-    case DType::kInt64: return make(Code::Int, 64);
-    case DType::kUInt8: return make(Code::UInt, 8);
-    case DType::kUInt16: return make(Code::UInt, 16);
-    case DType::kUInt32: return make(Code::UInt, 32);
-    case DType::kUInt64: return make(Code::UInt, 64);
-    case DType::kBool: return make(Code::Bool, 8);
-    default: throw Error("cannot hand a " + std::string(dtype_name(dtype)) + " tensor to Python");
+    case DType::kFloat32:
+      return make(Code::Float, 32);
+    case DType::kFloat64:
+      return make(Code::Float, 64);
+    case DType::kFloat16:
+      return make(Code::Float, 16);
+    case DType::kBFloat16:
+      return make(has_bfloat16 ? Code::Bfloat : Code::UInt, 16);  // numpy has none
+    case DType::kInt8:
+      return make(Code::Int, 8);
+    case DType::kInt16:
+      return make(Code::Int, 16);
+    case DType::kInt32:
+      return make(Code::Int, 32);
+    case DType::kInt64:
+      return make(Code::Int, 64);
+    case DType::kUInt8:
+      return make(Code::UInt, 8);
+    case DType::kUInt16:
+      return make(Code::UInt, 16);
+    case DType::kUInt32:
+      return make(Code::UInt, 32);
+    case DType::kUInt64:
+      return make(Code::UInt, 64);
+    case DType::kBool:
+      return make(Code::Bool, 8);
+    default:
+      throw Error("cannot hand a " + std::string(dtype_name(dtype)) + " tensor to Python");
   }
 }
 
@@ -73,8 +103,10 @@ HostArray host_array(nb::handle value, const std::string& what) {
   std::string got = "a " + attribute_text(reinterpret_cast<PyObject*>(Py_TYPE(value.ptr())), "__name__");
   if (nb::hasattr(value, "dtype")) got += " of dtype " + attribute_text(value.ptr(), "dtype");
   if (nb::hasattr(value, "device")) got += " on device " + attribute_text(value.ptr(), "device");
-  throw Error(what + ": expected a C-contiguous CPU array of numbers or bools (numpy, or a DLPack tensor such as "
-                     "torch's), got " + got,
+  throw Error(what +
+                  ": expected a C-contiguous CPU array of numbers or bools (numpy, or a DLPack tensor such as "
+                  "torch's), got " +
+                  got,
               ErrorKind::kInvalidArgument);
 }
 
@@ -98,6 +130,34 @@ nb::object to_numpy(Tensor tensor) {
   nb::ndarray<nb::numpy> array(owned->raw_data(), shape.size(), shape.data(), owner, nullptr,
                                dlpack_from_dtype(owned->dtype()));
   return nb::cast(array, nb::rv_policy::reference);
+}
+
+nb::object to_torch(Tensor tensor) {
+  auto* owned = new Tensor(std::move(tensor));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
+  std::vector<size_t> shape(owned->shape().begin(), owned->shape().end());
+  nb::ndarray<nb::pytorch> array(owned->raw_data(), shape.size(), shape.data(), owner, nullptr,
+                                 dlpack_from_dtype(owned->dtype(), true));
+  return nb::cast(array, nb::rv_policy::reference);
+}
+
+NamedTensors borrow_feeds(nb::dict feeds, std::vector<HostArray>& keep,
+                          const std::vector<std::string>& bfloat16_inputs) {
+  NamedTensors tensors;
+  for (auto [key, value] : feeds) {
+    const std::string name = nb::cast<std::string>(key);
+    HostArray array = host_array(value, "input '" + name + "'");
+    Tensor tensor = borrow_array(array, "input '" + name + "'");
+    if (std::find(bfloat16_inputs.begin(), bfloat16_inputs.end(), name) != bfloat16_inputs.end()) {
+      if (tensor.dtype() != DType::kUInt16) {
+        throw Error("input '" + name + "': bfloat16 data must come as uint16 bits", ErrorKind::kInvalidArgument);
+      }
+      tensor = Tensor(DType::kBFloat16, tensor.shape(), tensor.storage());
+    }
+    tensors.emplace_back(name, std::move(tensor));
+    keep.push_back(array);
+  }
+  return tensors;
 }
 
 }  // namespace onnxtrain::bindings

@@ -3,7 +3,11 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <onnxtrain/inference_session.h>
 #include <onnxtrain/tensor.h>
+
+#include <string>
+#include <vector>
 
 namespace onnxtrain::bindings {
 
@@ -16,5 +20,12 @@ HostArray host_array(nanobind::handle value, const std::string& what);
 Tensor borrow_array(const HostArray& array, const std::string& what);
 // A numpy array that owns `tensor` (no copy). bfloat16 comes out as uint16 bits.
 nanobind::object to_numpy(Tensor tensor);
+// A torch.Tensor that owns `tensor` (no copy, by DLPack); bfloat16 stays bfloat16.
+nanobind::object to_torch(Tensor tensor);
+
+// The feeds of a dict {name: array}, borrowed (no copy): `keep` holds the arrays, and must
+// outlive the tensors. Arrays named in `bfloat16_inputs` hold bfloat16 bits as uint16.
+NamedTensors borrow_feeds(nanobind::dict feeds, std::vector<HostArray>& keep,
+                          const std::vector<std::string>& bfloat16_inputs = {});
 
 }  // namespace onnxtrain::bindings

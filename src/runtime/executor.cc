@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <set>
+#include <utility>
 
 #include "core/parallel.h"
 #include "ops/kernel_registry.h"
@@ -47,7 +49,9 @@ std::string describe_type(const ir::ValueInfo& info) {
   return text + "]";
 }
 
-std::string describe_tensor(const Tensor& t) { return std::string(dtype_name(t.dtype())) + shape_string(t.shape()); }
+std::string describe_tensor(const Tensor& t) {
+  return std::string(dtype_name(t.dtype())) + shape_string(t.shape());
+}
 
 int64_t node_opset(const ir::Model& model, const ir::Node& node) {
   return node.opset ? node.opset : model.opset(node.domain).value_or(0);
@@ -77,15 +81,29 @@ Tensor copy_into(const std::string& name, const Tensor& value, const Tensor& des
   return destination;
 }
 
+// What a run hands its caller for `value`: the tensor itself when the run allocated it
+// for the caller (a fresh heap buffer nothing else holds), otherwise a copy — arena
+// views, feeds and constants stay where they are.
+Tensor handed_out(const Tensor& value) {
+  const bool owned =
+      value.storage() && value.storage()->origin() == StorageOrigin::kHeap && value.storage().use_count() == 1;
+  return owned ? value : value.clone();
+}
+
 }  // namespace
 
 // The values of one run, and the BufferSource its kernels allocate from. Its vectors live
-// in the executor between runs (FrameState), so that a run allocates none of them.
+// in the executor between runs (FrameState), so that a run allocates none of them; what the
+// steps compute goes to `computed`, which a staged run keeps in its RunState.
 class Executor::Frame final : public BufferSource {
  public:
-  Frame(const Executor& executor, FrameState& state, BufferArena& arena)
-      : executor_(executor), arena_(arena), state_(state), computed_(state.computed), values_(state.values),
-        destinations_(state.destinations) {
+  Frame(const Executor& executor, FrameState& scratch, std::vector<Tensor>& computed, BufferArena& arena)
+      : executor_(executor),
+        arena_(arena),
+        state_(scratch),
+        computed_(computed),
+        values_(scratch.values),
+        destinations_(scratch.destinations) {
     const size_t count = executor.value_names_.size();
     computed_.resize(count);
     values_.assign(count, nullptr);
@@ -94,7 +112,6 @@ class Executor::Frame final : public BufferSource {
   Frame(const Frame&) = delete;
   Frame& operator=(const Frame&) = delete;
   ~Frame() override {
-    for (Tensor& t : computed_) t = Tensor();
     state_.step_inputs.clear();
     state_.step_outputs.clear();
   }
@@ -110,6 +127,10 @@ class Executor::Frame final : public BufferSource {
   void release(int v) {
     computed_[static_cast<size_t>(v)] = Tensor();
     values_[static_cast<size_t>(v)] = nullptr;
+  }
+  void release_all() {
+    for (Tensor& t : computed_) t = Tensor();
+    values_.assign(values_.size(), nullptr);
   }
   // Where graph output `value` must end up, or nullptr.
   void set_destination(int value, const Tensor* destination, bool aliases_feed) {
@@ -163,7 +184,9 @@ class Executor::Frame final : public BufferSource {
     if (destinations_.empty() || destinations_[static_cast<size_t>(value)].first == nullptr) return nullptr;
     return &destinations_[static_cast<size_t>(value)];
   }
-  static bool fits(const Tensor& t, DType dtype, const Shape& shape) { return t.dtype() == dtype && t.shape() == shape; }
+  static bool fits(const Tensor& t, DType dtype, const Shape& shape) {
+    return t.dtype() == dtype && t.shape() == shape;
+  }
 
   bool dies_here(int value) const {
     return release_ && std::find(release_->begin(), release_->end(), value) != release_->end();
@@ -278,51 +301,81 @@ void Executor::create_steps() {
 
 const Executor::Program& Executor::program_for(const std::vector<std::string>& output_names) {
   if (auto it = programs_.find(output_names); it != programs_.end()) return it->second;
+  return programs_.emplace(output_names, make_program({output_names})).first->second;
+}
 
+Executor::Program Executor::make_program(const std::vector<std::vector<std::string>>& stage_outputs) {
   Program program;
-  program.id = programs_.size();
-  std::vector<bool> needed(value_names_.size(), false);
-  for (const auto& name : output_names) {
-    const int id = value_id(name);
-    if (id < 0 || !is_graph_output_[static_cast<size_t>(id)]) {
-      std::string known;
-      for (const auto& m : output_metadata_) known += (known.empty() ? "" : ", ") + m.name;
-      throw Error("'" + name + "' is not an output of the model (outputs: " + known + ")",
-                  ErrorKind::kInvalidArgument);
+  program.id = programs_.size() + staged_programs_.size();
+  // Walk back from each stage's outputs: a step runs in the first stage that needs one of
+  // its outputs; what an earlier stage computed is there already.
+  std::vector<int> stage_of_step(steps_.size(), -1);
+  for (size_t stage = 0; stage < stage_outputs.size(); ++stage) {
+    std::vector<bool> needed(value_names_.size(), false);
+    std::vector<int>& outputs = program.stage_outputs.emplace_back();
+    for (const auto& name : stage_outputs[stage]) {
+      const int id = value_id(name);
+      if (id < 0 || !is_graph_output_[static_cast<size_t>(id)]) {
+        std::string known;
+        for (const auto& m : output_metadata_) known += (known.empty() ? "" : ", ") + m.name;
+        throw Error("'" + name + "' is not an output of the model (outputs: " + known + ")",
+                    ErrorKind::kInvalidArgument);
+      }
+      needed[static_cast<size_t>(id)] = true;
+      outputs.push_back(id);
     }
-    needed[static_cast<size_t>(id)] = true;
-    program.outputs.push_back(id);
-  }
-  // Walk back from the outputs: a step runs when one of its outputs is needed.
-  for (size_t s = steps_.size(); s-- > 0;) {
-    const Step& step = steps_[s];
-    const bool runs = std::any_of(step.outputs.begin(), step.outputs.end(),
-                                  [&](int v) { return v >= 0 && needed[static_cast<size_t>(v)]; });
-    if (!runs) continue;
-    program.steps.push_back(s);
-    for (int v : step.inputs) {
-      if (v >= 0) needed[static_cast<size_t>(v)] = true;
+    for (size_t s = steps_.size(); s-- > 0;) {
+      const Step& step = steps_[s];
+      const bool runs = std::any_of(step.outputs.begin(), step.outputs.end(),
+                                    [&](int v) { return v >= 0 && needed[static_cast<size_t>(v)]; });
+      if (!runs || stage_of_step[s] >= 0) continue;
+      stage_of_step[s] = static_cast<int>(stage);
+      for (int v : step.inputs) {
+        if (v >= 0) needed[static_cast<size_t>(v)] = true;
+      }
     }
+    for (size_t s = 0; s < steps_.size(); ++s) {
+      if (stage_of_step[s] == static_cast<int>(stage)) program.steps.push_back(s);
+    }
+    program.stage_end.push_back(program.steps.size());
   }
-  std::reverse(program.steps.begin(), program.steps.end());
 
-  // A value dies after the last step that reads it; outputs and constants never do.
+  // A value dies after the last step that reads it; outputs and constants never do. A
+  // stage's outputs are read at its end; a later stage reads what an earlier one left.
+  const int no_stage = -1;
   std::vector<int> last_use(value_names_.size(), -1);
-  for (size_t i = 0; i < program.steps.size(); ++i) {
+  program.last_stage.assign(value_names_.size(), no_stage);
+  std::vector<int> first_stage(value_names_.size(), std::numeric_limits<int>::max());
+  auto read = [&](int v, int stage) {
+    program.last_stage[static_cast<size_t>(v)] = std::max(program.last_stage[static_cast<size_t>(v)], stage);
+    first_stage[static_cast<size_t>(v)] = std::min(first_stage[static_cast<size_t>(v)], stage);
+  };
+  for (size_t i = 0, stage = 0; i < program.steps.size(); ++i) {
+    while (i >= program.stage_end[stage]) ++stage;
     const Step& step = steps_[program.steps[i]];
     for (int v : step.inputs) {
-      if (v >= 0) last_use[static_cast<size_t>(v)] = static_cast<int>(i);
+      if (v < 0) continue;
+      last_use[static_cast<size_t>(v)] = static_cast<int>(i);
+      read(v, static_cast<int>(stage));
     }
     for (int v : step.outputs) {  // an output nobody reads dies at once
-      if (v >= 0 && last_use[static_cast<size_t>(v)] < static_cast<int>(i)) last_use[static_cast<size_t>(v)] = static_cast<int>(i);
+      if (v >= 0) last_use[static_cast<size_t>(v)] = std::max(last_use[static_cast<size_t>(v)], static_cast<int>(i));
     }
+  }
+  for (size_t stage = 0; stage < program.stage_outputs.size(); ++stage) {
+    for (int v : program.stage_outputs[stage]) read(v, static_cast<int>(stage));
   }
   program.release_after.resize(program.steps.size());
   for (size_t v = 0; v < value_names_.size(); ++v) {
     if (last_use[v] < 0 || is_graph_output_[v] || constants_[v].defined()) continue;
     program.release_after[static_cast<size_t>(last_use[v])].push_back(static_cast<int>(v));
   }
-  return programs_.emplace(output_names, std::move(program)).first->second;
+  program.stage_inputs.resize(program.stage_end.size());
+  for (size_t g = 0; g < graph_inputs_.size(); ++g) {
+    const int first = first_stage[static_cast<size_t>(graph_inputs_[g].value)];
+    if (first != std::numeric_limits<int>::max()) program.stage_inputs[static_cast<size_t>(first)].push_back(g);
+  }
+  return program;
 }
 
 size_t Executor::graph_input_index(const std::string& name) const {
@@ -363,8 +416,8 @@ void Executor::check_feed(const GraphInput& input, const Tensor& tensor) {
       dims_.emplace_back(d.param, actual);
     } else if (it->second != actual) {
       throw Error("input '" + info.name + "': dimension " + std::to_string(i) + " ('" + d.param + "') is " +
-                      std::to_string(actual) + ", but another input gave '" + d.param + "' = " +
-                      std::to_string(it->second),
+                      std::to_string(actual) + ", but another input gave '" + d.param +
+                      "' = " + std::to_string(it->second),
                   ErrorKind::kInvalidArgument);
     }
   }
@@ -374,37 +427,43 @@ void Executor::bind_feeds(const NamedTensors& feeds) {
   bound_.assign(value_names_.size(), nullptr);
   for (const auto& [name, tensor] : feeds) {
     const int value = graph_inputs_[graph_input_index(name)].value;
-    if (bound_[static_cast<size_t>(value)]) throw Error("input '" + name + "' is fed twice", ErrorKind::kInvalidArgument);
+    if (bound_[static_cast<size_t>(value)])
+      throw Error("input '" + name + "' is fed twice", ErrorKind::kInvalidArgument);
     bound_[static_cast<size_t>(value)] = &tensor;
   }
-  check_feeds();
 }
 
 void Executor::bind_feeds(const Binding& binding, const NamedTensors& feeds) {
   if (feeds.size() != binding.inputs.size()) {
-    throw Error("run: " + std::to_string(feeds.size()) + " feeds for a binding of " +
-                    std::to_string(binding.inputs.size()),
-                ErrorKind::kInvalidArgument);
+    throw Error(
+        "run: " + std::to_string(feeds.size()) + " feeds for a binding of " + std::to_string(binding.inputs.size()),
+        ErrorKind::kInvalidArgument);
   }
   bound_.assign(value_names_.size(), nullptr);
   for (size_t i = 0; i < feeds.size(); ++i) {
     bound_[static_cast<size_t>(graph_inputs_[binding.inputs[i]].value)] = &feeds[i].second;
   }
-  check_feeds();
 }
 
-void Executor::check_feeds() {
-  dims_.clear();
-  for (const GraphInput& input : graph_inputs_) {
+// Checks the bound feeds, and that every input the stage reads first is fed (here or, for
+// those in fed_before, by an earlier stage) or has a default.
+void Executor::check_feeds(const Program& program, size_t stage, const std::vector<bool>& fed_before) {
+  for (size_t g = 0; g < graph_inputs_.size(); ++g) {
+    const GraphInput& input = graph_inputs_[g];
     const Tensor* tensor = bound_[static_cast<size_t>(input.value)];
-    if (tensor == nullptr) {
-      if (input.required) {
-        throw Error("input '" + input.info->name + "' (" + describe_type(*input.info) + ") is missing",
-                    ErrorKind::kInvalidArgument);
-      }
-      continue;
+    if (tensor == nullptr) continue;
+    if (!fed_before.empty() && fed_before[g]) {
+      throw Error("input '" + input.info->name + "' was fed to an earlier stage of this run",
+                  ErrorKind::kInvalidArgument);
     }
     check_feed(input, *tensor);
+  }
+  for (size_t g : program.stage_inputs[stage]) {
+    const GraphInput& input = graph_inputs_[g];
+    if (!input.required || bound_[static_cast<size_t>(input.value)] || (!fed_before.empty() && fed_before[g])) continue;
+    throw Error("input '" + input.info->name + "' (" + describe_type(*input.info) + ") is missing" +
+                    (program.stage_end.size() > 1 ? " from stage " + std::to_string(stage) + " of the run" : ""),
+                ErrorKind::kInvalidArgument);
   }
 }
 
@@ -442,13 +501,7 @@ std::vector<Tensor> Executor::run(const Binding& binding, const NamedTensors& fe
   return run_program(*binding.program, destinations);
 }
 
-std::vector<Tensor> Executor::run_program(const Program& program, const std::vector<Tensor>& destinations) {
-  if (!destinations.empty() && destinations.size() != program.outputs.size()) {
-    throw Error("run: " + std::to_string(destinations.size()) + " destinations for " +
-                    std::to_string(program.outputs.size()) + " outputs",
-                ErrorKind::kInvalidArgument);
-  }
-
+void Executor::sign(const Program& program) {
   // The plan key: the program, then each feed's dtype and shape (-1 for an absent feed).
   signature_.assign(1, static_cast<int64_t>(program.id));
   for (const GraphInput& input : graph_inputs_) {
@@ -461,21 +514,110 @@ std::vector<Tensor> Executor::run_program(const Program& program, const std::vec
     signature_.push_back(static_cast<int64_t>(t->rank()));
     signature_.insert(signature_.end(), t->shape().begin(), t->shape().end());
   }
+}
+
+BufferArena Executor::lease_arena(ArenaLease& lease) {
+  auto planned = plans_.find(signature_);
+  if (planned == plans_.end()) return BufferArena();
+  lease.plan = planned->second.plan;
+  std::vector<std::shared_ptr<Storage>>& idle = planned->second.idle;
+  if (idle.empty()) {
+    lease.arena = Storage::allocate(lease.plan->arena_bytes());
+  } else {
+    lease.arena = std::move(idle.back());
+    idle.pop_back();
+  }
+  return BufferArena(lease.plan, lease.arena);
+}
+
+void Executor::return_arena(const std::vector<int64_t>& signature, BufferArena& arena, ArenaLease& lease,
+                            bool complete) {
+  ArenaLease done = std::exchange(lease, {});
+  if (arena.recording()) {
+    if (!complete) return;  // a run that stopped early recorded part of its requests only
+    auto plan = std::make_shared<const MemoryPlan>(arena.requests());
+    release_freed_memory();  // before the arena takes the recorded buffers' place
+    plans_[signature] = {plan, {Storage::allocate(plan->arena_bytes())}};
+    return;
+  }
+  auto planned = plans_.find(signature);
+  if (planned == plans_.end() || planned->second.plan != done.plan) return;  // replaced meanwhile
+  if (arena.plan_held()) {
+    planned->second.idle.push_back(std::move(done.arena));
+  } else {
+    plans_.erase(planned);  // shapes inside the graph changed: record again next run
+  }
+}
+
+void Executor::run_steps(const Program& program, size_t begin, size_t end, Frame& frame, int threads) {
+  std::vector<const Tensor*>& inputs = frame_state_.step_inputs;
+  std::vector<Tensor>& outputs = frame_state_.step_outputs;
+  for (size_t i = begin; i < end; ++i) {
+    const Step& step = steps_[program.steps[i]];
+    inputs.assign(step.inputs.size(), nullptr);
+    for (size_t k = 0; k < step.inputs.size(); ++k) {
+      const int v = step.inputs[k];
+      if (v < 0) continue;
+      inputs[k] = frame.value(v);
+      if (inputs[k] == nullptr) {
+        throw Error(step.node->describe() + ": input '" + value_names_[static_cast<size_t>(v)] +
+                        "' was not computed (an optional output that its producer did not give)",
+                    ErrorKind::kInvalidModel);
+      }
+    }
+    outputs.assign(step.outputs.size(), Tensor());
+    frame.enter(step, i);
+    frame.set_release_list(&program.release_after[i]);
+    KernelContext context(*step.node, inputs, outputs, frame, threads);
+    try {
+      step.kernel->compute(context);
+    } catch (const Error& e) {
+      const std::string where = step.node->describe();
+      if (std::string_view(e.what()).starts_with(where)) throw;
+      throw Error(where + ": " + e.what(), e.kind());
+    } catch (const std::bad_alloc&) {
+      throw Error(step.node->describe() + ": out of memory", ErrorKind::kRuntime);
+    } catch (const std::exception& e) {
+      throw Error(step.node->describe() + ": " + e.what(), ErrorKind::kRuntime);
+    }
+    for (size_t k = 0; k < step.outputs.size(); ++k) {
+      const int v = step.outputs[k];
+      if (v < 0) continue;
+      if (!outputs[k].defined()) {
+        throw Error(step.node->describe() + " did not produce its output '" + value_names_[static_cast<size_t>(v)] +
+                    "'");
+      }
+      frame.store(v, std::move(outputs[k]));
+    }
+    inputs.clear();
+    for (int v : program.release_after[i]) frame.release(v);
+  }
+}
+
+std::vector<Tensor> Executor::run_program(const Program& program, const std::vector<Tensor>& destinations) {
+  if (!destinations.empty() && destinations.size() != program.outputs().size()) {
+    throw Error("run: " + std::to_string(destinations.size()) + " destinations for " +
+                    std::to_string(program.outputs().size()) + " outputs",
+                ErrorKind::kInvalidArgument);
+  }
+  dims_.clear();
+  check_feeds(program, 0, {});
+  sign(program);
   const ThreadScope thread_scope(options_.intra_op_num_threads);  // restored when the run returns
   const int threads = omp_get_max_threads();
 
-  auto planned = plans_.find(signature_);
-  BufferArena arena = planned == plans_.end() ? BufferArena() : BufferArena(planned->second.plan, planned->second.arena);
+  ArenaLease lease;
+  BufferArena arena = lease_arena(lease);
   std::vector<Tensor> results;
   {
-    Frame frame(*this, frame_state_, arena);
+    Frame frame(*this, frame_state_, frame_state_.computed, arena);
     for (size_t i = 0; i < destinations.size(); ++i) {
       if (!destinations[i].defined()) continue;
       const bool aliases_feed = std::any_of(graph_inputs_.begin(), graph_inputs_.end(), [&](const GraphInput& input) {
         const Tensor* feed = bound_[static_cast<size_t>(input.value)];
         return feed && feed->storage() == destinations[i].storage();
       });
-      frame.set_destination(program.outputs[i], &destinations[i], aliases_feed);
+      frame.set_destination(program.outputs()[i], &destinations[i], aliases_feed);
     }
     for (size_t v = 0; v < bound_.size(); ++v) {
       if (bound_[v])
@@ -483,67 +625,123 @@ std::vector<Tensor> Executor::run_program(const Program& program, const std::vec
       else if (constants_[v].defined())
         frame.bind(static_cast<int>(v), &constants_[v]);
     }
-    std::vector<const Tensor*>& inputs = frame_state_.step_inputs;
-    std::vector<Tensor>& outputs = frame_state_.step_outputs;
-    for (size_t i = 0; i < program.steps.size(); ++i) {
-      const Step& step = steps_[program.steps[i]];
-      inputs.assign(step.inputs.size(), nullptr);
-      for (size_t k = 0; k < step.inputs.size(); ++k) {
-        const int v = step.inputs[k];
-        if (v < 0) continue;
-        inputs[k] = frame.value(v);
-        if (inputs[k] == nullptr) {
-          throw Error(step.node->describe() + ": input '" + value_names_[static_cast<size_t>(v)] +
-                          "' was not computed (an optional output that its producer did not give)",
-                      ErrorKind::kInvalidModel);
+    try {
+      run_steps(program, 0, program.steps.size(), frame, threads);
+      for (size_t i = 0; i < program.outputs().size(); ++i) {
+        const int v = program.outputs()[i];
+        const Tensor& t = *frame.value(v);
+        if (i < destinations.size() && destinations[i].defined()) {
+          results.push_back(copy_into(value_names_[static_cast<size_t>(v)], t, destinations[i]));
+        } else {
+          results.push_back(handed_out(t));
         }
       }
-      outputs.assign(step.outputs.size(), Tensor());
-      frame.enter(step, i);
-      frame.set_release_list(&program.release_after[i]);
-      KernelContext context(*step.node, inputs, outputs, frame, threads);
-      try {
-        step.kernel->compute(context);
-      } catch (const Error& e) {
-        const std::string where = step.node->describe();
-        if (std::string_view(e.what()).starts_with(where)) throw;
-        throw Error(where + ": " + e.what(), e.kind());
-      } catch (const std::bad_alloc&) {
-        throw Error(step.node->describe() + ": out of memory", ErrorKind::kRuntime);
-      } catch (const std::exception& e) {
-        throw Error(step.node->describe() + ": " + e.what(), ErrorKind::kRuntime);
-      }
-      for (size_t k = 0; k < step.outputs.size(); ++k) {
-        const int v = step.outputs[k];
-        if (v < 0) continue;
-        if (!outputs[k].defined()) {
-          throw Error(step.node->describe() + " did not produce its output '" + value_names_[static_cast<size_t>(v)] + "'");
-        }
-        frame.store(v, std::move(outputs[k]));
-      }
-      inputs.clear();
-      for (int v : program.release_after[i]) frame.release(v);
-    }
-    for (size_t i = 0; i < program.outputs.size(); ++i) {
-      const Tensor& t = *frame.value(program.outputs[i]);
-      if (i < destinations.size() && destinations[i].defined()) {
-        results.push_back(copy_into(value_names_[static_cast<size_t>(program.outputs[i])], t, destinations[i]));
-        continue;
-      }
-      // Anything not freshly allocated for the caller is copied: arena views, feeds, constants.
-      const bool owned = t.storage() && t.storage()->origin() == StorageOrigin::kHeap && t.storage().use_count() == 1;
-      results.push_back(owned ? t : t.clone());
+    } catch (...) {
+      arena.set_step(program.steps.size());
+      frame.release_all();
+      return_arena(signature_, arena, lease, false);
+      throw;
     }
     arena.set_step(program.steps.size());  // what the frame still holds dies at the end
+    frame.release_all();
   }
-  if (arena.recording()) {
-    auto plan = std::make_shared<const MemoryPlan>(arena.requests());
-    release_freed_memory();  // before the arena takes the recorded buffers' place
-    plans_[signature_] = {plan, Storage::allocate(plan->arena_bytes())};
-  } else if (!arena.plan_held()) {
-    plans_.erase(signature_);  // shapes inside the graph changed: record again next run
+  return_arena(signature_, arena, lease, true);
+  return results;
+}
+
+Stages Executor::stages(const std::vector<std::vector<std::string>>& stage_outputs) {
+  if (stage_outputs.empty()) throw Error("stages: no stage given", ErrorKind::kInvalidArgument);
+  std::lock_guard lock(mutex_);
+  Stages stages;
+  auto it = staged_programs_.find(stage_outputs);
+  if (it == staged_programs_.end()) it = staged_programs_.emplace(stage_outputs, make_program(stage_outputs)).first;
+  stages.program = &it->second;
+  return stages;
+}
+
+std::unique_ptr<RunState> Executor::start(const Stages& stages) {
+  if (stages.program == nullptr)
+    throw Error("start: the stages are not from Executor::stages", ErrorKind::kInvalidArgument);
+  auto state = std::unique_ptr<RunState>(new RunState(*this, *stages.program));
+  state->fed_.assign(graph_inputs_.size(), false);
+  return state;
+}
+
+std::vector<Tensor> Executor::run_stage(RunState& state, const NamedTensors& feeds) {
+  if (state.executor_ != this)
+    throw Error("run_stage: the run state belongs to another executor", ErrorKind::kInvalidArgument);
+  const Program& program = *state.program_;
+  const size_t stage = state.next_stage_;
+  if (stage >= program.stage_end.size()) {
+    throw Error("run_stage: this run has run all its " + std::to_string(program.stage_end.size()) +
+                    " stages (a backward pass runs once per forward)",
+                ErrorKind::kInvalidArgument);
+  }
+  std::lock_guard lock(mutex_);
+  bind_feeds(feeds);
+  dims_ = state.dims_;
+  check_feeds(program, stage, state.fed_);
+  state.dims_ = dims_;
+  if (stage == 0) {
+    sign(program);
+    state.signature_ = signature_;
+    state.arena_ = lease_arena(state.lease_);
+  }
+  const ThreadScope thread_scope(options_.intra_op_num_threads);
+  const int threads = omp_get_max_threads();
+  const size_t begin = stage == 0 ? 0 : program.stage_end[stage - 1];
+  const size_t end = program.stage_end[stage];
+  const bool last = stage + 1 == program.stage_end.size();
+
+  std::vector<Tensor> results;
+  Frame frame(*this, frame_state_, state.held_, state.arena_);
+  for (size_t v = 0; v < bound_.size(); ++v) {
+    if (state.held_[v].defined())
+      frame.bind(static_cast<int>(v), &state.held_[v]);
+    else if (bound_[v])
+      frame.bind(static_cast<int>(v), bound_[v]);
+    else if (constants_[v].defined())
+      frame.bind(static_cast<int>(v), &constants_[v]);
+  }
+  try {
+    run_steps(program, begin, end, frame, threads);
+    // A later stage may read an output too: the caller and the state then share it.
+    for (int v : program.stage_outputs[stage]) results.push_back(handed_out(*frame.value(v)));
+  } catch (...) {
+    state.arena_.set_step(program.steps.size());
+    frame.release_all();
+    state.next_stage_ = program.stage_end.size();  // a failed stage ends the run
+    return_arena(state.signature_, state.arena_, state.lease_, false);
+    throw;
+  }
+  ++state.next_stage_;
+  state.arena_.set_step(end);
+  if (last) {
+    frame.release_all();
+    return_arena(state.signature_, state.arena_, state.lease_, true);
+    return results;
+  }
+  // Keep what later stages read: the values computed so far, and the feeds (by reference).
+  for (size_t v = 0; v < bound_.size(); ++v) {
+    const bool read_later = program.last_stage[v] > static_cast<int>(stage);
+    if (!read_later) {
+      state.held_[v] = Tensor();
+    } else if (!state.held_[v].defined() && bound_[v]) {
+      state.held_[v] = *bound_[v];
+    }
+  }
+  for (size_t g = 0; g < graph_inputs_.size(); ++g) {
+    if (bound_[static_cast<size_t>(graph_inputs_[g].value)]) state.fed_[g] = true;
   }
   return results;
+}
+
+RunState::~RunState() {
+  if (next_stage_ >= program_->stage_end.size()) return;  // complete: nothing held
+  std::lock_guard lock(executor_->mutex_);
+  arena_.set_step(program_->steps.size());
+  for (Tensor& t : held_) t = Tensor();
+  if (next_stage_ > 0) executor_->return_arena(signature_, arena_, lease_, false);
 }
 
 }  // namespace onnxtrain::runtime
