@@ -133,6 +133,9 @@ void set_python_error(PyObject* type, const char* message) {
 
 NB_MODULE(_C, m) {
   m.doc() = "onnxtrain's C++ core";
+  // Objects that are alive when the interpreter exits are not leaks here: torch's autograd
+  // graph (an ORTModule's pending backward) and module globals may hold them until the end.
+  nb::set_leak_warnings(false);
 
   static nb::object value_error = nb::module_::import_("builtins").attr("ValueError");
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {

@@ -1,0 +1,246 @@
+"""ORTModule: a torch.nn.Module whose forward and backward run in onnxtrain.
+
+The first call exports the module (torch.onnx.export, training mode, every input dimension
+symbolic), differentiates it with onnxtrain's gradient builder and from then on runs the
+forward and the backward as two partial runs of one onnxtrain plan inside one
+torch.autograd.Function. Tensors cross by DLPack, without copies; parameters are read from
+the module at every call, so torch.optim, load_state_dict and ``.data`` assignments are
+seen; gradients come back to autograd, which accumulates them into ``.grad``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from onnxtrain.training.ortmodule import _graph
+from onnxtrain.training.ortmodule.options import DebugOptions, FallbackPolicy, RuntimeOptions, logger
+
+_SUPPORTED_DTYPES = frozenset(
+    {torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.int16, torch.int32,
+     torch.int64, torch.uint8, torch.bool}
+)
+
+
+class _Fallback(Exception):
+    def __init__(self, policy: FallbackPolicy, reason: str) -> None:
+        super().__init__(reason)
+        self.policy = policy
+        self.reason = reason
+
+
+class _Run(torch.autograd.Function):
+    """Forward and backward of one exported graph. Inputs after `step`: the input tensors,
+    then the trainable weights (the same tensor may come twice when weights are tied)."""
+
+    @staticmethod
+    def forward(ctx: Any, step: _Step, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        graph = step.graph
+        outputs, state = graph.training.run_forward(step.feeds(tensors))
+        ctx.step = step
+        ctx.state = state
+        user_outputs = outputs[: len(graph.output_names)]
+        step.write_statistics(outputs[len(graph.output_names):])
+        ctx.mark_non_differentiable(*[o for o, d in zip(user_outputs, graph.differentiable) if not d])
+        return tuple(user_outputs)
+
+    @staticmethod
+    def backward(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        step = ctx.step
+        graph = step.graph
+        fed = {}
+        for name, differentiable, grad in zip(graph.output_names, graph.differentiable, grad_outputs):
+            if differentiable:
+                fed[f"{name}_grad"] = grad.detach().contiguous()
+        state, ctx.state = ctx.state, None
+        grads = dict(zip(graph.grad_names.values(), graph.training.run_backward(fed, state)))
+        by_name = {name: grads.get(out) for name, out in graph.grad_names.items()}
+        inputs = [by_name.get(name) for name in step.input_names]
+        weights = [by_name.get(name) for name in step.trainable_names]
+        return (None, *inputs, *weights)
+
+
+class _Step:
+    """One call's bindings: which graph, the input tensors' names, the weights to feed."""
+
+    def __init__(self, graph: _graph.ExportedGraph, module: torch.nn.Module, inputs: list[torch.Tensor],
+                 trainable: list[str]) -> None:
+        self.graph = graph
+        self.input_names = graph.input_names
+        self.trainable_names = trainable
+        self._module = module
+        self._inputs = inputs
+        state = _module_state(module)
+        self._state = state
+        self.trainable = [state[n] for n in trainable]
+
+    def feeds(self, tensors: tuple[torch.Tensor, ...] | None = None) -> dict[str, torch.Tensor]:
+        feeds = {}
+        inputs = self._inputs if tensors is None else tensors[: len(self.input_names)]
+        for name, tensor in zip(self.input_names, inputs):
+            if name in self.graph.used_inputs:
+                feeds[name] = tensor.detach().contiguous()
+        for name in self.graph.weight_names:
+            feeds[name] = self._state[name].detach().contiguous()
+        return feeds
+
+    def write_statistics(self, values: list[torch.Tensor]) -> None:
+        """BatchNormalization's running statistics, back into the module's buffers."""
+        if not values:
+            return
+        with torch.no_grad():
+            counters = set()
+            for (buffer, _), value in zip(self.graph.statistics.items(), values):
+                self._state[buffer].copy_(value)
+                counters.add(buffer.rsplit(".", 1)[0] + ".num_batches_tracked" if "." in buffer else "num_batches_tracked")
+            for counter in counters:
+                if counter in self._state:
+                    self._state[counter].add_(1)
+
+
+def _module_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    state = dict(module.named_parameters(remove_duplicate=False))
+    state.update(module.named_buffers(remove_duplicate=False))
+    return state
+
+
+class ORTModule(torch.nn.Module):
+    """Wraps ``module`` so that its forward and backward run in onnxtrain; use it as the
+    module itself (same parameters, state_dict and attributes)."""
+
+    def __init__(self, module: torch.nn.Module, debug_options: DebugOptions | None = None) -> None:
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"ORTModule wraps a torch.nn.Module, got {type(module).__name__}")
+        super().__init__()
+        self._original_module = module
+        self._debug_options = debug_options or DebugOptions()
+        self._options = RuntimeOptions.from_debug_options(self._debug_options)
+        logger.setLevel(self._options.log_level.python_level())
+        self._graphs: dict[_graph.InputSchema, _graph.ExportedGraph] = {}
+        self._fallback_reason: str | None = None
+        self.export_count = 0  # how many times the module was exported
+
+    # What users and tools see: the wrapped module.
+    @property
+    def module(self) -> torch.nn.Module:
+        return self._original_module
+
+    @property
+    def runs_in_onnxtrain(self) -> bool:
+        """False once ORTModule fell back to running the module in PyTorch."""
+        return self._fallback_reason is None
+
+    @property
+    def fallback_reason(self) -> str | None:
+        return self._fallback_reason
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            modules = self.__dict__.get("_modules")
+            if not modules or "_original_module" not in modules:
+                raise
+            return getattr(modules["_original_module"], name)
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+                         ) -> Iterator[tuple[str, torch.nn.Parameter]]:
+        return self._original_module.named_parameters(prefix, recurse, remove_duplicate)
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True
+                      ) -> Iterator[tuple[str, torch.Tensor]]:
+        return self._original_module.named_buffers(prefix, recurse, remove_duplicate)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return self._original_module.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        return self._original_module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_graphs"] = {}  # engines are rebuilt on the first call after unpickling
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        if self._fallback_reason is not None:
+            return self._original_module(*args, **kwargs)
+        try:
+            return self._run(args, kwargs)
+        except _Fallback as fallback:
+            if not (self._options.fallback_policy & fallback.policy):
+                raise RuntimeError(f"ORTModule: {fallback.reason} (fallback disabled by the policy "
+                                   f"{self._options.fallback_policy!r})") from fallback.__cause__
+            self._fallback_reason = fallback.reason
+            warnings.warn(f"ORTModule falls back to running the module in PyTorch: {fallback.reason}",
+                          UserWarning, stacklevel=2)
+            return self._original_module(*args, **kwargs)
+
+    def _trainable(self) -> list[str]:
+        return [n for n, p in self._original_module.named_parameters(remove_duplicate=False) if p.requires_grad]
+
+    def _graph_for(self, args: tuple, kwargs: dict) -> tuple[_graph.ExportedGraph, list, list[str]]:
+        trainable = self._trainable()
+        schema, flat = _graph.InputSchema.of(args, kwargs, self.training, frozenset(trainable))
+        for leaf in flat:
+            if not isinstance(leaf, torch.Tensor):
+                continue
+            if leaf.device.type != "cpu":
+                raise _Fallback(FallbackPolicy.FALLBACK_UNSUPPORTED_DEVICE,
+                                f"an input is on device '{leaf.device}'; onnxtrain runs on the CPU")
+            if leaf.dtype not in _SUPPORTED_DTYPES:
+                raise _Fallback(FallbackPolicy.FALLBACK_UNSUPPORTED_DATA, f"an input has dtype {leaf.dtype}")
+        for name, tensor in _module_state(self._original_module).items():
+            if tensor.device.type != "cpu":
+                raise _Fallback(FallbackPolicy.FALLBACK_UNSUPPORTED_DEVICE,
+                                f"'{name}' is on device '{tensor.device}'; onnxtrain runs on the CPU")
+        graph = self._graphs.get(schema)
+        if graph is None:
+            prefix = self._options.onnx_prefix if self._options.save_onnx else None
+            try:
+                graph = _graph.export(self._original_module, schema, flat, prefix)
+            except _graph.ExportError as e:
+                raise _Fallback(FallbackPolicy.FALLBACK_UNSUPPORTED_TORCH_MODEL, str(e)) from e
+            self.export_count += 1
+            logger.info("exported the module (%s mode) in %.2f s", "training" if schema.training else "eval",
+                        graph.export_seconds)
+            self._graphs[schema] = graph
+        tensors = [leaf for leaf in flat if isinstance(leaf, torch.Tensor)]
+        return graph, tensors, [n for n in trainable if n in graph.weight_names]
+
+    def _run(self, args: tuple, kwargs: dict) -> Any:
+        graph, inputs, trainable = self._graph_for(args, kwargs)
+        inputs_requiring_grad = [
+            n for n, t in zip(graph.input_names, inputs) if t.requires_grad and n in graph.used_inputs
+        ]
+        needs_grad = torch.is_grad_enabled() and bool(trainable or inputs_requiring_grad)
+        try:
+            if needs_grad and graph.training is None:
+                prefix = self._options.onnx_prefix if self._options.save_onnx else None
+                _graph.build_training(graph, trainable, inputs_requiring_grad, prefix, lambda m: m)
+            elif not needs_grad and graph.inference is None:
+                _graph.build_inference(graph)
+        except _graph.GradientError as e:
+            raise _Fallback(FallbackPolicy.FALLBACK_UNSUPPORTED_ONNX_MODEL, str(e)) from e
+        step = _Step(graph, self._original_module, inputs, trainable)
+        if needs_grad:
+            outputs = _Run.apply(step, *inputs, *step.trainable)
+        else:
+            values, state = graph.inference.run_forward(step.feeds())
+            del state
+            outputs = values[: len(graph.output_names)]
+            step.write_statistics(values[len(graph.output_names):])
+        return self._unflatten(graph, outputs)
+
+    @staticmethod
+    def _unflatten(graph: _graph.ExportedGraph, outputs: tuple | list) -> Any:
+        tensors = iter(outputs)
+        leaves = [next(tensors) if leaf is None else leaf for leaf in graph.output_leaves]
+        return pytree.tree_unflatten(leaves, graph.output_spec)
