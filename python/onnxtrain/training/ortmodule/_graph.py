@@ -36,15 +36,20 @@ class GradientError(RuntimeError):
 @dataclass(frozen=True)
 class InputSchema:
     """What decides the exported graph: the structure of (args, kwargs), each tensor's dtype,
-    rank and requires_grad, each other value, the mode and which weights train."""
+    rank and requires_grad, each other value, the mode of every submodule and which weights
+    train."""
 
     spec: Any
     leaves: tuple
-    training: bool
+    modes: tuple  # per submodule, in module.modules() order: its training flag
     trainable: frozenset
 
+    @property
+    def training(self) -> bool:
+        return self.modes[0]
+
     @staticmethod
-    def of(args: tuple, kwargs: dict, training: bool, trainable: frozenset) -> tuple[InputSchema, list]:
+    def of(args: tuple, kwargs: dict, module: torch.nn.Module, trainable: frozenset) -> tuple[InputSchema, list]:
         flat, spec = pytree.tree_flatten((args, kwargs))
         leaves = []
         for value in flat:
@@ -56,7 +61,8 @@ class InputSchema:
                     leaves.append(("value", type(value), value))
                 except TypeError:
                     leaves.append(("value", type(value), repr(value)))
-        return InputSchema(spec, tuple(leaves), training, trainable), flat
+        modes = tuple(m.training for m in module.modules())
+        return InputSchema(spec, tuple(leaves), modes, trainable), flat
 
 
 class _FlatModule(torch.nn.Module):
@@ -104,22 +110,42 @@ def _relax_output_shapes(model: onnx.ModelProto) -> None:
     del model.graph.value_info[:]
 
 
-def _batch_norm_statistics(model: onnx.ModelProto) -> dict[str, str]:
-    """Training-mode BatchNormalization nodes: {running-statistic input: its updated value},
-    made graph outputs so that the torch buffers get them."""
-    updates = {}
-    for node in model.graph.node:
+@dataclass(frozen=True)
+class Statistic:
+    """A BatchNormalization running statistic (a module buffer) and the graph output with
+    its updated value. ONNX updates the variance with the batch's population variance where
+    torch uses the unbiased one: `count` is the output holding the batch's element count,
+    for the correction."""
+
+    buffer: str
+    output: str
+    momentum: float  # ONNX's: the weight of the old value
+    count: str | None = None
+    channels: int = 1
+
+
+def _batch_norm_statistics(model: onnx.ModelProto) -> list[Statistic]:
+    """Training-mode BatchNormalization nodes: their updated running statistics become graph
+    outputs, so that the torch buffers get them."""
+    statistics = []
+    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in model.graph.input}
+    for index, node in enumerate(list(model.graph.node)):
         if node.op_type != "BatchNormalization" or node.domain not in ("", "ai.onnx"):
             continue
         training = any(a.name == "training_mode" and a.i == 1 for a in node.attribute)
-        if not training or len(node.output) < 3:
+        if not training or len(node.output) < 3 or not node.output[1] or not node.output[2]:
             continue
-        for k in (1, 2):
-            if node.output[k]:
-                updates[node.input[2 + k]] = node.output[k]
-    for name in updates.values():
-        model.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
-    return updates
+        momentum = next((a.f for a in node.attribute if a.name == "momentum"), 0.9)
+        count = f"{node.output[0]}_element_count"
+        model.graph.node.append(onnx.helper.make_node("Size", [node.input[0]], [count]))
+        channels = (shapes.get(node.input[3]) or [1])[0]
+        statistics.append(Statistic(node.input[3], node.output[1], momentum))
+        statistics.append(Statistic(node.input[4], node.output[2], momentum, count, channels))
+    for statistic in statistics:
+        model.graph.output.append(onnx.helper.make_empty_tensor_value_info(statistic.output))
+        if statistic.count:
+            model.graph.output.append(onnx.helper.make_empty_tensor_value_info(statistic.count))
+    return statistics
 
 
 @dataclass
@@ -131,11 +157,12 @@ class ExportedGraph:
     used_inputs: frozenset  # those the graph reads (the exporter drops the others)
     weight_names: list[str]  # graph inputs fed from the module's state (module names)
     output_names: list[str]  # per tensor output
-    statistics: dict[str, str]  # buffer name -> graph output with its new value
+    statistics: list[Statistic]
     output_spec: Any
     output_leaves: list
     differentiable: list[bool]  # per tensor output
     export_seconds: float
+    shape_specialized: bool  # the trace may hold for the traced input shapes only
     inference: TrainingAgent | None = None
     training: TrainingAgent | None = None
     grad_names: dict[str, str] = field(default_factory=dict)  # weight or input name -> its gradient output
@@ -143,7 +170,15 @@ class ExportedGraph:
 
     @property
     def graph_outputs(self) -> list[str]:
-        return self.output_names + list(self.statistics.values())
+        """The user's outputs, then the statistics' outputs."""
+        return self.output_names + self.statistic_outputs
+
+    @property
+    def statistic_outputs(self) -> list[str]:
+        names = []
+        for statistic in self.statistics:
+            names += [statistic.output] + ([statistic.count] if statistic.count else [])
+        return names
 
 
 def export(module: torch.nn.Module, schema: InputSchema, flat: list, save_prefix: str | None) -> ExportedGraph:
@@ -151,31 +186,50 @@ def export(module: torch.nn.Module, schema: InputSchema, flat: list, save_prefix
     tensors = tuple(v.detach() for v in flat if isinstance(v, torch.Tensor))
     input_names = [f"input_{i}" for i in range(len(tensors))]
     dynamic_axes = {name: {d: f"{name}_dim{d}" for d in range(t.dim())} for name, t in zip(input_names, tensors)}
-    mode = torch.onnx.TrainingMode.TRAINING if schema.training else torch.onnx.TrainingMode.EVAL
+    # Each submodule exports in the mode it is in (a frozen BatchNorm stays in eval), and the
+    # exporter leaves the modes as they were.
+    wrapper.train(module.training)
+    for submodule, training in zip(module.modules(), schema.modes):
+        submodule.training = training
     start = time.perf_counter()
     buffer = io.BytesIO()
+    # Tracing runs the module: keep its buffers (BatchNorm statistics) and the RNG as they were.
+    saved_buffers = [(b, b.detach().clone()) for b in module.buffers()]
+    rng = torch.random.get_rng_state()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
             torch.onnx.export(
                 wrapper, tensors, buffer, dynamo=False, export_params=False, do_constant_folding=False,
-                training=mode, input_names=input_names, dynamic_axes=dynamic_axes, opset_version=_OPSET,
+                training=torch.onnx.TrainingMode.PRESERVE, input_names=input_names, dynamic_axes=dynamic_axes, opset_version=_OPSET,
             )
     except Exception as e:
         raise ExportError(f"torch.onnx.export failed: {type(e).__name__}: {e}") from e
+    finally:
+        with torch.no_grad():
+            for b, value in saved_buffers:
+                b.copy_(value)
+        torch.random.set_rng_state(rng)
     model = onnx.load_from_string(buffer.getvalue())
-    mode_name = "training" if schema.training else "inference"
-    if save_prefix:
-        onnx.save(model, f"{save_prefix}_torch_exported_{mode_name}.onnx")
+    # The tracer warns where it turned a tensor into a Python value (a shape into a loop
+    # bound, a mask test into a branch): the graph may then hold only for these shapes.
+    tracer_warnings = sorted({str(w.message).split(".")[0] for w in caught if issubclass(w.category, torch.jit.TracerWarning)})
+    if tracer_warnings:
+        logger.info("the export holds for these input shapes only (%s); a new shape exports again",
+                    "; ".join(tracer_warnings))
     graph_inputs = [i.name for i in model.graph.input]
     weights = [n for n in graph_inputs if n not in input_names]
     outside = [n for n in weights if not n.startswith(_MODULE_PREFIX)]
     if outside:
         raise ExportError(f"the exported graph takes inputs that are neither arguments nor module state: {outside}")
     _strip_module_prefix(model, weights)
+    if save_prefix:
+        mode_name = "training" if schema.training else "inference"
+        onnx.save(model, f"{save_prefix}_torch_exported_{mode_name}.onnx")
     _relax_output_shapes(model)
-    statistics = _batch_norm_statistics(model) if schema.training else {}
-    output_names = [o.name for o in model.graph.output][: len(model.graph.output) - len(statistics)]
+    output_count = len(model.graph.output)
+    statistics = _batch_norm_statistics(model) if schema.training else []
+    output_names = [o.name for o in model.graph.output][:output_count]
     differentiable = [o.type.tensor_type.elem_type in _FLOAT_TYPES for o in model.graph.output[: len(output_names)]]
     return ExportedGraph(
         forward_model=model,
@@ -188,6 +242,7 @@ def export(module: torch.nn.Module, schema: InputSchema, flat: list, save_prefix
         output_leaves=wrapper.output_leaves,
         differentiable=differentiable,
         export_seconds=time.perf_counter() - start,
+        shape_specialized=bool(tracer_warnings),
     )
 
 
@@ -230,5 +285,5 @@ def build_training(graph: ExportedGraph, trainable: list[str], inputs_requiring_
                 len(gradient.graph.node), len(graph.grad_names), graph.build_seconds)
 
 
-__all__ = ["ExportError", "ExportedGraph", "GradientError", "InputSchema", "build_inference", "build_training",
+__all__ = ["ExportError", "ExportedGraph", "GradientError", "InputSchema", "Statistic", "build_inference", "build_training",
            "export"]

@@ -89,17 +89,29 @@ class _Step:
         return feeds
 
     def write_statistics(self, values: list[torch.Tensor]) -> None:
-        """BatchNormalization's running statistics, back into the module's buffers."""
+        """BatchNormalization's running statistics, back into the module's buffers as torch
+        updates them: with the module's own momentum (ONNX holds it as a float32; None is a
+        cumulative average) and the unbiased batch variance."""
         if not values:
             return
+        outputs = dict(zip(self.graph.statistic_outputs, values))
+        owners = {}
         with torch.no_grad():
-            counters = set()
-            for (buffer, _), value in zip(self.graph.statistics.items(), values):
-                self._state[buffer].copy_(value)
-                counters.add(buffer.rsplit(".", 1)[0] + ".num_batches_tracked" if "." in buffer else "num_batches_tracked")
-            for counter in counters:
-                if counter in self._state:
-                    self._state[counter].add_(1)
+            for statistic in self.graph.statistics:
+                owner = statistic.buffer.rpartition(".")[0]
+                if owner not in owners:
+                    owners[owner] = self._module.get_submodule(owner)
+                    if owners[owner].num_batches_tracked is not None:
+                        owners[owner].num_batches_tracked.add_(1)
+                bn = owners[owner]
+                momentum = bn.momentum if bn.momentum is not None else 1.0 / float(bn.num_batches_tracked)
+                old = self._state[statistic.buffer]
+                onnx_momentum = statistic.momentum
+                batch = (outputs[statistic.output] - old * onnx_momentum) / (1.0 - onnx_momentum)
+                if statistic.count:
+                    n = int(outputs[statistic.count]) // statistic.channels
+                    batch = batch * (n / max(n - 1, 1))
+                old.copy_(old * (1.0 - momentum) + batch * momentum)
 
 
 def _module_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -120,7 +132,9 @@ class ORTModule(torch.nn.Module):
         self._debug_options = debug_options or DebugOptions()
         self._options = RuntimeOptions.from_debug_options(self._debug_options)
         logger.setLevel(self._options.log_level.python_level())
-        self._graphs: dict[_graph.InputSchema, _graph.ExportedGraph] = {}
+        # Per input schema: its graph, or {input shapes: graph} when the trace holds for
+        # the traced shapes only.
+        self._graphs: dict[_graph.InputSchema, Any] = {}
         self._fallback_reason: str | None = None
         self.export_count = 0  # how many times the module was exported
 
@@ -188,7 +202,7 @@ class ORTModule(torch.nn.Module):
 
     def _graph_for(self, args: tuple, kwargs: dict) -> tuple[_graph.ExportedGraph, list, list[str]]:
         trainable = self._trainable()
-        schema, flat = _graph.InputSchema.of(args, kwargs, self.training, frozenset(trainable))
+        schema, flat = _graph.InputSchema.of(args, kwargs, self._original_module, frozenset(trainable))
         for leaf in flat:
             if not isinstance(leaf, torch.Tensor):
                 continue
@@ -201,7 +215,10 @@ class ORTModule(torch.nn.Module):
             if tensor.device.type != "cpu":
                 raise _Fallback(FallbackPolicy.FALLBACK_UNSUPPORTED_DEVICE,
                                 f"'{name}' is on device '{tensor.device}'; onnxtrain runs on the CPU")
-        graph = self._graphs.get(schema)
+        tensors = [leaf for leaf in flat if isinstance(leaf, torch.Tensor)]
+        entry = self._graphs.get(schema)
+        shapes = tuple(tuple(t.shape) for t in tensors)
+        graph = entry.get(shapes) if isinstance(entry, dict) else entry
         if graph is None:
             prefix = self._options.onnx_prefix if self._options.save_onnx else None
             try:
@@ -211,8 +228,10 @@ class ORTModule(torch.nn.Module):
             self.export_count += 1
             logger.info("exported the module (%s mode) in %.2f s", "training" if schema.training else "eval",
                         graph.export_seconds)
-            self._graphs[schema] = graph
-        tensors = [leaf for leaf in flat if isinstance(leaf, torch.Tensor)]
+            if graph.shape_specialized:
+                self._graphs.setdefault(schema, {})[shapes] = graph
+            else:
+                self._graphs[schema] = graph
         return graph, tensors, [n for n in trainable if n in graph.weight_names]
 
     def _run(self, args: tuple, kwargs: dict) -> Any:
