@@ -322,3 +322,74 @@ def test_distributed_data_parallel_matches_one_process(tmp_path):
     result = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "gradients equal" in result.stdout
+
+
+class LanguageModelWithLoss(torch.nn.Module):
+    """GPT-2 with the loss inline, in the three forms users write it."""
+
+    def __init__(self, model, vocab, form):
+        super().__init__()
+        self.model = model
+        self.vocab = vocab
+        self.form = form
+        self.loss = torch.nn.CrossEntropyLoss()
+
+    def forward(self, ids, labels):
+        logits = self.model(input_ids=ids).logits
+        if self.form == "inline":
+            return torch.nn.CrossEntropyLoss()(logits.view(-1, self.vocab), labels.view(-1))
+        if self.form == "functional":
+            return torch.nn.functional.cross_entropy(logits.view(-1, self.vocab), labels.view(-1))
+        return self.loss(logits.view(-1, self.vocab), labels.view(-1))
+
+
+@pytest.mark.parametrize("form", ["inline", "functional", "submodule"])
+def test_label_sparsity_gives_the_dense_loss_and_gradients(form, monkeypatch):
+    monkeypatch.delenv("ORTMODULE_ENABLE_LABEL_SPARSE_OPTIMIZER", raising=False)
+    vocab = 200
+    config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=vocab, n_positions=32,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    torch.manual_seed(0)
+    base = LanguageModelWithLoss(transformers.GPT2LMHeadModel(config), vocab, form).double()
+    ids = torch.randint(0, vocab, (3, 16))
+    labels = ids.clone()
+    labels[:, ::2] = -100
+    labels[2, 5:] = -100  # about 40 % valid
+    results = []
+    for enabled in (True, False):
+        module = copy.deepcopy(base)
+        wrapped = ORTModule(module, label_sparsity=enabled)
+        loss = wrapped(ids, labels)
+        loss.backward()
+        graph = wrapped.exported_graphs()[0]
+        assert bool(graph.sparse_losses) == enabled
+        if enabled:
+            assert graph.sparse_losses[0].before_matmul and graph.sparse_losses[0].density < 0.5
+        results.append((loss.detach(), [p.grad for p in module.parameters()]))
+    # The pass changes nothing but the rows computed: sparse and dense agree to rounding.
+    (sparse_loss, sparse_grads), (dense_loss, dense_grads) = results
+    torch.testing.assert_close(sparse_loss, dense_loss, rtol=1e-12, atol=0)
+    for a, b in zip(sparse_grads, dense_grads):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-14)
+    # And both follow torch (Hugging Face's GPT-2 graph keeps some float32 constants, hence
+    # not float64's full precision).
+    reference = copy.deepcopy(base)
+    expected = reference(ids, labels)
+    expected.backward()
+    torch.testing.assert_close(dense_loss, expected.detach(), rtol=1e-7, atol=0)
+    for g, p in zip(dense_grads, reference.parameters()):
+        torch.testing.assert_close(g, p.grad, rtol=1e-5, atol=1e-8)
+
+
+def test_label_sparsity_switched_off_by_the_environment(monkeypatch):
+    vocab = 50
+    config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=vocab, n_positions=16)
+    ids = torch.randint(0, vocab, (2, 8))
+    labels = torch.full((2, 8), -100)
+    labels[0, 0] = 3
+    for variable in ("ORTMODULE_ENABLE_LABEL_SPARSE_OPTIMIZER", "ORTMODULE_ENABLE_COMPUTE_OPTIMIZER"):
+        monkeypatch.setenv(variable, "0")
+        wrapped = ORTModule(LanguageModelWithLoss(transformers.GPT2LMHeadModel(config), vocab, "inline"))
+        wrapped(ids, labels).backward()
+        assert not wrapped.exported_graphs()[0].sparse_losses
+        monkeypatch.delenv(variable)

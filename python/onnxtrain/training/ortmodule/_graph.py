@@ -167,6 +167,7 @@ class ExportedGraph:
     training: TrainingAgent | None = None
     grad_names: dict[str, str] = field(default_factory=dict)  # weight or input name -> its gradient output
     build_seconds: float = 0.0
+    sparse_losses: list = field(default_factory=list)  # what the label-sparsity pass rewrote
 
     @property
     def graph_outputs(self) -> list[str]:

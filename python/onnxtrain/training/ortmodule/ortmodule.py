@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from onnxtrain.training.ortmodule import _graph
+from onnxtrain.training.ortmodule import _graph, _label_sparsity
 from onnxtrain.training.ortmodule.options import DebugOptions, FallbackPolicy, RuntimeOptions, logger
 
 _SUPPORTED_DTYPES = frozenset(
@@ -122,15 +122,23 @@ def _module_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 class ORTModule(torch.nn.Module):
     """Wraps ``module`` so that its forward and backward run in onnxtrain; use it as the
-    module itself (same parameters, state_dict and attributes)."""
+    module itself (same parameters, state_dict and attributes).
 
-    def __init__(self, module: torch.nn.Module, debug_options: DebugOptions | None = None) -> None:
+    ``label_sparsity``: compute a cross-entropy loss whose labels are mostly ignore_index
+    on the valid rows only (on by default; ``ORTMODULE_ENABLE_LABEL_SPARSE_OPTIMIZER=0`` or
+    ``ORTMODULE_ENABLE_COMPUTE_OPTIMIZER=0`` switch it off).
+    """
+
+    def __init__(self, module: torch.nn.Module, debug_options: DebugOptions | None = None, *,
+                 label_sparsity: bool | None = None) -> None:
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"ORTModule wraps a torch.nn.Module, got {type(module).__name__}")
         super().__init__()
         self._original_module = module
         self._debug_options = debug_options or DebugOptions()
         self._options = RuntimeOptions.from_debug_options(self._debug_options)
+        if label_sparsity is not None:
+            self._options.label_sparsity = label_sparsity
         logger.setLevel(self._options.log_level.python_level())
         # Per input schema: its graph, or {input shapes: graph} when the trace holds for
         # the traced shapes only.
@@ -151,6 +159,14 @@ class ORTModule(torch.nn.Module):
     @property
     def fallback_reason(self) -> str | None:
         return self._fallback_reason
+
+    def exported_graphs(self) -> list[_graph.ExportedGraph]:
+        """The graphs exported so far (one per input schema, or per shape where the trace
+        holds for its shapes only)."""
+        graphs = []
+        for entry in self._graphs.values():
+            graphs += list(entry.values()) if isinstance(entry, dict) else [entry]
+        return graphs
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -243,7 +259,8 @@ class ORTModule(torch.nn.Module):
         try:
             if needs_grad and graph.training is None:
                 prefix = self._options.onnx_prefix if self._options.save_onnx else None
-                _graph.build_training(graph, trainable, inputs_requiring_grad, prefix, lambda m: m)
+                _graph.build_training(graph, trainable, inputs_requiring_grad, prefix,
+                                      lambda model: self._optimize(model, graph, inputs))
             elif not needs_grad and graph.inference is None:
                 _graph.build_inference(graph)
         except _graph.GradientError as e:
@@ -257,6 +274,23 @@ class ORTModule(torch.nn.Module):
             outputs = values[: len(graph.output_names)]
             step.write_statistics(values[len(graph.output_names):])
         return self._unflatten(graph, outputs)
+
+    def _optimize(self, model: Any, graph: _graph.ExportedGraph, inputs: list[torch.Tensor]) -> Any:
+        """The graph passes before differentiation: label sparsity, measured on this batch."""
+        if not self._options.label_sparsity:
+            return model
+        densities = {}
+        for node, source in _label_sparsity.sparse_losses(model):
+            labels = inputs[graph.input_names.index(source)]
+            ignore = next(a.i for a in node.attribute if a.name == "ignore_index")
+            densities[source] = float((labels != ignore).float().mean()) if labels.numel() else 1.0
+        model, rewritten = _label_sparsity.apply(model, densities, self._options.label_density_threshold)
+        graph.sparse_losses = rewritten
+        for loss in rewritten:
+            logger.info("label sparsity: loss '%s' on the valid rows of '%s' (density %.1f %%)%s", loss.node,
+                        loss.labels, 100 * loss.density, ", gathered before the logits' MatMul" if loss.before_matmul
+                        else "")
+        return model
 
     @staticmethod
     def _unflatten(graph: _graph.ExportedGraph, outputs: tuple | list) -> Any:
