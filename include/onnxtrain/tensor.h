@@ -1,6 +1,7 @@
 // Tensor: a typed, shaped view of a reference-counted buffer.
 #pragma once
 
+#include <onnxtrain/device.h>
 #include <onnxtrain/dtype.h>
 #include <onnxtrain/error.h>
 #include <onnxtrain/float16.h>
@@ -33,11 +34,12 @@ std::string shape_string(std::span<const int64_t> shape);
 // kArena: a runtime-managed intermediate buffer, valid only during a run.
 enum class StorageOrigin { kHeap, kArena, kExternal };
 
-// A block of bytes. Destroying the last reference runs the release function.
+// A block of bytes on a device. Destroying the last reference runs the release function.
 class Storage {
  public:
-  Storage(std::byte* data, size_t bytes, StorageOrigin origin, std::function<void()> release)
-      : data_(data), bytes_(bytes), origin_(origin), release_(std::move(release)) {}
+  Storage(std::byte* data, size_t bytes, StorageOrigin origin, std::function<void()> release,
+          Device device = Device::cpu())
+      : data_(data), bytes_(bytes), origin_(origin), device_(device), release_(std::move(release)) {}
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   ~Storage() {
@@ -47,6 +49,8 @@ class Storage {
   std::byte* data() const noexcept { return data_; }
   size_t bytes() const noexcept { return bytes_; }
   StorageOrigin origin() const noexcept { return origin_; }
+  // Where the bytes live: data() is a host pointer only on the CPU.
+  Device device() const noexcept { return device_; }
 
   // A fresh 64-byte-aligned heap block. Blocks of 1 MiB or more are mapped from the
   // system; released ones are kept (up to 256 MiB) for allocations of the same size.
@@ -62,25 +66,40 @@ class Storage {
   std::byte* data_;
   size_t bytes_;
   StorageOrigin origin_;
+  Device device_;
   std::function<void()> release_;
 };
 
 template <typename T>
 constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
-  else if constexpr (std::is_same_v<T, double>) return DType::kFloat64;
-  else if constexpr (std::is_same_v<T, Float16>) return DType::kFloat16;
-  else if constexpr (std::is_same_v<T, BFloat16>) return DType::kBFloat16;
-  else if constexpr (std::is_same_v<T, int8_t>) return DType::kInt8;
-  else if constexpr (std::is_same_v<T, int16_t>) return DType::kInt16;
-  else if constexpr (std::is_same_v<T, int32_t>) return DType::kInt32;
-  else if constexpr (std::is_same_v<T, int64_t>) return DType::kInt64;
-  else if constexpr (std::is_same_v<T, uint8_t>) return DType::kUInt8;
-  else if constexpr (std::is_same_v<T, uint16_t>) return DType::kUInt16;
-  else if constexpr (std::is_same_v<T, uint32_t>) return DType::kUInt32;
-  else if constexpr (std::is_same_v<T, uint64_t>) return DType::kUInt64;
-  else if constexpr (std::is_same_v<T, bool>) return DType::kBool;
-  else static_assert(sizeof(T) == 0, "no DType for this C++ type");
+  if constexpr (std::is_same_v<T, float>)
+    return DType::kFloat32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DType::kFloat64;
+  else if constexpr (std::is_same_v<T, Float16>)
+    return DType::kFloat16;
+  else if constexpr (std::is_same_v<T, BFloat16>)
+    return DType::kBFloat16;
+  else if constexpr (std::is_same_v<T, int8_t>)
+    return DType::kInt8;
+  else if constexpr (std::is_same_v<T, int16_t>)
+    return DType::kInt16;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DType::kInt32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DType::kInt64;
+  else if constexpr (std::is_same_v<T, uint8_t>)
+    return DType::kUInt8;
+  else if constexpr (std::is_same_v<T, uint16_t>)
+    return DType::kUInt16;
+  else if constexpr (std::is_same_v<T, uint32_t>)
+    return DType::kUInt32;
+  else if constexpr (std::is_same_v<T, uint64_t>)
+    return DType::kUInt64;
+  else if constexpr (std::is_same_v<T, bool>)
+    return DType::kBool;
+  else
+    static_assert(sizeof(T) == 0, "no DType for this C++ type");
 }
 
 class Tensor {
@@ -135,6 +154,7 @@ class Tensor {
 
   const std::shared_ptr<Storage>& storage() const noexcept { return storage_; }
   size_t byte_offset() const noexcept { return offset_; }
+  Device device() const noexcept { return storage_ ? storage_->device() : Device::cpu(); }
 
   // Reads a scalar or 1-element tensor of any integer type as int64.
   int64_t item_as_int64() const;
@@ -160,8 +180,8 @@ template <typename T>
 Tensor Tensor::from_vector(Shape shape, const std::vector<T>& values) {
   Tensor tensor = empty(dtype_of<T>(), std::move(shape));
   if (static_cast<size_t>(tensor.numel()) != values.size()) {
-    throw Error("Tensor::from_vector: " + std::to_string(values.size()) +
-                    " values do not fill shape " + shape_string(tensor.shape()),
+    throw Error("Tensor::from_vector: " + std::to_string(values.size()) + " values do not fill shape " +
+                    shape_string(tensor.shape()),
                 ErrorKind::kInvalidArgument);
   }
   T* out = tensor.data<T>();

@@ -68,17 +68,24 @@ class BufferSource {
   virtual Tensor allocate_output(size_t output_index, DType dtype, Shape shape) = 0;
   // Output `output_index` in the buffer of input `input_index` when that input dies here
   // and its buffer is large enough; otherwise a fresh buffer.
-  virtual Tensor allocate_output_in_place(size_t output_index, size_t input_index, DType dtype,
-                                          Shape shape) = 0;
+  virtual Tensor allocate_output_in_place(size_t output_index, size_t input_index, DType dtype, Shape shape) = 0;
   virtual Tensor allocate_scratch(DType dtype, Shape shape) = 0;
+};
+
+// Where and how a kernel runs: its device, and what runs work there (threads on the CPU; a
+// device executor adds its stream).
+struct ExecutionContext {
+  Device device = Device::cpu();
+  int num_threads = 1;
+  void* stream = nullptr;  // a device stream; null on the CPU
 };
 
 // One run of one kernel.
 class KernelContext {
  public:
   KernelContext(const ir::Node& node, std::span<const Tensor* const> inputs, std::span<Tensor> outputs,
-                BufferSource& buffers, int num_threads)
-      : node_(node), inputs_(inputs), outputs_(outputs), buffers_(buffers), num_threads_(num_threads) {}
+                BufferSource& buffers, const ExecutionContext& execution)
+      : node_(node), inputs_(inputs), outputs_(outputs), buffers_(buffers), execution_(execution) {}
 
   const ir::Node& node() const { return node_; }
   size_t input_count() const { return inputs_.size(); }
@@ -96,7 +103,8 @@ class KernelContext {
   void set_output(size_t i, Tensor tensor);
   Tensor allocate_scratch(DType dtype, Shape shape) { return buffers_.allocate_scratch(dtype, std::move(shape)); }
 
-  int num_threads() const { return num_threads_; }
+  const ExecutionContext& execution() const { return execution_; }
+  int num_threads() const { return execution_.num_threads; }
   // Throws an Error (kInvalidArgument) that names the node.
   [[noreturn]] void fail(const std::string& message) const;
 
@@ -105,7 +113,7 @@ class KernelContext {
   std::span<const Tensor* const> inputs_;
   std::span<Tensor> outputs_;
   BufferSource& buffers_;
-  int num_threads_;
+  const ExecutionContext& execution_;
 };
 
 class OpKernel {

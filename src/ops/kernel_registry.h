@@ -1,8 +1,11 @@
-// Every kernel, registered once next to its code by (domain, op type, opset range):
+// Every kernel, registered once next to its code by (domain, op type, opset range), and
+// optionally by what it accepts — its device, its element types, the inputs it reads on the
+// host (shapes, axes: a device kernel still reads them from host memory):
 //
 //   const KernelRegistration kRelu{"", "Relu", 6, kLatestOpset, [](const KernelInfo& info) {
 //     return make_kernel([](KernelContext& ctx) { ... });
 //   }};
+//   const KernelRegistration kReshape{"", "Reshape", 5, kLatestOpset, {.host_inputs = {1}}, factory};
 #pragma once
 
 #include <climits>
@@ -20,12 +23,21 @@ inline constexpr int kLatestOpset = INT_MAX;
 
 using KernelFactory = std::function<std::unique_ptr<OpKernel>(const KernelInfo&)>;
 
+struct KernelConstraints {
+  Device device = Device::cpu();
+  std::vector<DType> dtypes;        // the element types of input 0 it computes; empty: any it checks itself
+  std::vector<size_t> host_inputs;  // inputs read on the host whatever the device
+};
+
 struct KernelDef {
   std::string domain;  // "" is the default ONNX domain
   std::string op_type;
   int since_version = 1;
   int until_version = kLatestOpset;  // inclusive
   KernelFactory create;
+  KernelConstraints constraints;
+
+  bool accepts(Device device, DType dtype) const;
 };
 
 class KernelRegistry {
@@ -33,8 +45,10 @@ class KernelRegistry {
   static KernelRegistry& global();
 
   void add(KernelDef def);
-  // The kernel for `op_type` of `domain` at the model's `opset`, or nullptr.
-  const KernelDef* find(std::string_view domain, std::string_view op_type, int64_t opset) const;
+  // The kernel for `op_type` of `domain` at the model's `opset` on `device` for input 0 of
+  // `dtype` (kUndefined: not known yet), or nullptr.
+  const KernelDef* find(std::string_view domain, std::string_view op_type, int64_t opset, Device device = Device::cpu(),
+                        DType dtype = DType::kUndefined) const;
   // True when some opset of this op has a kernel.
   bool knows(std::string_view domain, std::string_view op_type) const;
   const std::vector<KernelDef>& all() const { return defs_; }
@@ -46,9 +60,13 @@ class KernelRegistry {
 // Registers a kernel while the library loads.
 struct KernelRegistration {
   KernelRegistration(std::string domain, std::string op_type, int since_version, int until_version,
-                     KernelFactory create) {
-    KernelRegistry::global().add(
-        {std::move(domain), std::move(op_type), since_version, until_version, std::move(create)});
+                     KernelFactory create)
+      : KernelRegistration(std::move(domain), std::move(op_type), since_version, until_version, {}, std::move(create)) {
+  }
+  KernelRegistration(std::string domain, std::string op_type, int since_version, int until_version,
+                     KernelConstraints constraints, KernelFactory create) {
+    KernelRegistry::global().add({std::move(domain), std::move(op_type), since_version, until_version,
+                                  std::move(create), std::move(constraints)});
   }
 };
 

@@ -12,6 +12,7 @@
 #include <set>
 #include <utility>
 
+#include "core/allocator.h"
 #include "core/parallel.h"
 #include "ops/kernel_registry.h"
 #include "passes/fold_batch_norm.h"
@@ -202,10 +203,12 @@ class Executor::Frame final : public BufferSource {
   const std::vector<int>* release_ = nullptr;
 };
 
-Executor::Executor(ir::Model model, SessionOptions options) : model_(std::move(model)), options_(options) {
+Executor::Executor(ir::Model model, SessionOptions options)
+    : model_(std::move(model)), options_(options), allocator_(Allocator::of(device_)) {
   const auto& registry = KernelRegistry::global();
+  // A function call stays a node where this device has a kernel for it; others are inlined.
   passes::inline_functions(model_, [&](const ir::Node& node, int64_t opset) {
-    return registry.find(node.domain, node.op_type, opset) != nullptr;
+    return registry.find(node.domain, node.op_type, opset, device_) != nullptr;
   });
   passes::fuse_gelu(model_);
   passes::fold_batch_norm_into_conv(model_);
@@ -278,7 +281,7 @@ void Executor::create_steps() {
   for (size_t index : ir::topological_order(graph)) {
     const ir::Node& node = graph.nodes[index];
     const int64_t opset = node_opset(model_, node);
-    const KernelDef* def = registry.find(node.domain, node.op_type, opset);
+    const KernelDef* def = registry.find(node.domain, node.op_type, opset, device_);
     if (def == nullptr) {
       const std::string op = (node.domain.empty() ? "" : node.domain + "::") + node.op_type;
       const std::string entry = op + " (opset " + std::to_string(opset) + ", " + node.describe() + ")";
@@ -522,7 +525,7 @@ BufferArena Executor::lease_arena(ArenaLease& lease) {
   lease.plan = planned->second.plan;
   std::vector<std::shared_ptr<Storage>>& idle = planned->second.idle;
   if (idle.empty()) {
-    lease.arena = Storage::allocate(lease.plan->arena_bytes());
+    lease.arena = allocator_.allocate(lease.plan->arena_bytes());
   } else {
     lease.arena = std::move(idle.back());
     idle.pop_back();
@@ -537,7 +540,7 @@ void Executor::return_arena(const std::vector<int64_t>& signature, BufferArena& 
     if (!complete) return;  // a run that stopped early recorded part of its requests only
     auto plan = std::make_shared<const MemoryPlan>(arena.requests());
     release_freed_memory();  // before the arena takes the recorded buffers' place
-    plans_[signature] = {plan, {Storage::allocate(plan->arena_bytes())}};
+    plans_[signature] = {plan, {allocator_.allocate(plan->arena_bytes())}};
     return;
   }
   auto planned = plans_.find(signature);
@@ -550,6 +553,7 @@ void Executor::return_arena(const std::vector<int64_t>& signature, BufferArena& 
 }
 
 void Executor::run_steps(const Program& program, size_t begin, size_t end, Frame& frame, int threads) {
+  const ExecutionContext execution{device_, threads, nullptr};
   std::vector<const Tensor*>& inputs = frame_state_.step_inputs;
   std::vector<Tensor>& outputs = frame_state_.step_outputs;
   for (size_t i = begin; i < end; ++i) {
@@ -568,7 +572,7 @@ void Executor::run_steps(const Program& program, size_t begin, size_t end, Frame
     outputs.assign(step.outputs.size(), Tensor());
     frame.enter(step, i);
     frame.set_release_list(&program.release_after[i]);
-    KernelContext context(*step.node, inputs, outputs, frame, threads);
+    KernelContext context(*step.node, inputs, outputs, frame, execution);
     try {
       step.kernel->compute(context);
     } catch (const Error& e) {

@@ -21,6 +21,10 @@
 #include "ops/kernel.h"
 #include "runtime/memory_plan.h"
 
+namespace onnxtrain {
+class Allocator;
+}
+
 namespace onnxtrain::runtime {
 
 // An arena a run holds: from a memory plan's pool, or none while the run records the plan.
@@ -127,6 +131,8 @@ class Executor {
 
   ir::Model model_;
   SessionOptions options_;
+  Device device_ = Device::cpu();  // where the kernels run and the arenas live
+  Allocator& allocator_;
   std::vector<std::string> value_names_;
   std::unordered_map<std::string, int> value_ids_;
   std::vector<Tensor> constants_;  // per value id; undefined unless an initializer

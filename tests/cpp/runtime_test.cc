@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 #include <onnxtrain/inference_session.h>
 
+#include "core/allocator.h"
 #include "ir/onnx_io.h"
 #include "ops/kernel.h"
+#include "ops/kernel_registry.h"
 #include "passes/fold_batch_norm.h"
 #include "passes/fuse_conv_pool.h"
 #include "passes/fuse_conv_relu.h"
@@ -53,8 +55,8 @@ TEST(InferenceSession, PlannedRunsMatchTheFirstRunAndShapesMayChange) {
   InferenceSession session(as_span(bytes_of(chain_model())));
   const std::vector<float> x = {-1, 0, 1, 2, -3, 4};
   const std::vector<float> expected = {0, 0, 3, 6, 0, 12};
-  EXPECT_EQ(run_chain(session, x), expected);  // records the plan
-  EXPECT_EQ(run_chain(session, x), expected);  // served from the arena
+  EXPECT_EQ(run_chain(session, x), expected);                               // records the plan
+  EXPECT_EQ(run_chain(session, x), expected);                               // served from the arena
   EXPECT_EQ(run_chain(session, {1, 1, 1}), (std::vector<float>{3, 3, 3}));  // a new signature
   EXPECT_EQ(run_chain(session, x), expected);
 }
@@ -89,20 +91,25 @@ std::string error_of(const std::function<void()>& f) {
 TEST(InferenceSession, BadFeedsNameTheInputAndTheExpectation) {
   InferenceSession session(as_span(bytes_of(chain_model())));
   EXPECT_NE(error_of([&] { session.run({}); }).find("input 'x' (float[batch, 3]) is missing"), std::string::npos);
-  EXPECT_NE(error_of([&] { session.run({{"x", Tensor::zeros(DType::kFloat64, {1, 3})}}); })
-                .find("input 'x': got double[1, 3], expected float[batch, 3]"),
+  EXPECT_NE(error_of([&] {
+              session.run({{"x", Tensor::zeros(DType::kFloat64, {1, 3})}});
+            }).find("input 'x': got double[1, 3], expected float[batch, 3]"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { session.run({{"x", Tensor::zeros(DType::kFloat32, {1, 4})}}); })
-                .find("dimension 1 is 4, expected 3"),
+  EXPECT_NE(error_of([&] {
+              session.run({{"x", Tensor::zeros(DType::kFloat32, {1, 4})}});
+            }).find("dimension 1 is 4, expected 3"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { session.run({{"x", Tensor::zeros(DType::kFloat32, {3})}}); }).find("expected rank 2"),
+  EXPECT_NE(error_of([&] {
+              session.run({{"x", Tensor::zeros(DType::kFloat32, {3})}});
+            }).find("expected rank 2"),
             std::string::npos);
   EXPECT_NE(error_of([&] {
               session.run({{"x", Tensor::zeros(DType::kFloat32, {1, 3})}, {"z", Tensor::zeros(DType::kFloat32, {1})}});
             }).find("'z' is not an input of the model (inputs: x)"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { session.run({{"x", Tensor::zeros(DType::kFloat32, {1, 3})}}, {"nope"}); })
-                .find("'nope' is not an output"),
+  EXPECT_NE(error_of([&] {
+              session.run({{"x", Tensor::zeros(DType::kFloat32, {1, 3})}}, {"nope"});
+            }).find("'nope' is not an output"),
             std::string::npos);
 }
 
@@ -119,8 +126,9 @@ TEST(Executor, BoundRunsMatchNamedRunsAndCheckTheirFeeds) {
               (std::vector<float>{0, 0, 3, 6, 0, 12}));
   }
   EXPECT_NE(error_of([&] { executor.run(binding, {}, {}); }).find("0 feeds for a binding of 1"), std::string::npos);
-  EXPECT_NE(error_of([&] { executor.run(binding, {{"x", Tensor::zeros(DType::kFloat32, {1, 4})}}, {}); })
-                .find("dimension 1 is 4, expected 3"),
+  EXPECT_NE(error_of([&] {
+              executor.run(binding, {{"x", Tensor::zeros(DType::kFloat32, {1, 4})}}, {});
+            }).find("dimension 1 is 4, expected 3"),
             std::string::npos);
   EXPECT_NE(error_of([&] { executor.bind({"z"}, {"y"}); }).find("'z' is not an input of the model"), std::string::npos);
   EXPECT_NE(error_of([&] { executor.bind({"x", "x"}, {"y"}); }).find("input 'x' is fed twice"), std::string::npos);
@@ -328,6 +336,94 @@ TEST(InferenceSession, PassThroughOutputsAreCopies) {
   auto out = session.run({{"x", x}});
   EXPECT_NE(out[0].raw_data(), x.raw_data());
   EXPECT_EQ(out[0].values<float>()[1], 2.0f);
+}
+
+namespace staged {
+
+onnx::ModelProto two_stage_model() {
+  // Stage 0: a = relu(x + x). Stage 1: y = a * g + x, with g fed only to stage 1.
+  onnx::ModelProto m = model();
+  auto* g = m.mutable_graph();
+  *g->add_input() = tensor_value("x", 1, {"batch", "3"});
+  *g->add_input() = tensor_value("g", 1, {"batch", "3"});
+  *g->add_output() = tensor_value("a", 1, {"batch", "3"});
+  *g->add_output() = tensor_value("y", 1, {"batch", "3"});
+  *g->add_node() = node("Add", {"x", "x"}, {"s"});
+  *g->add_node() = node("Relu", {"s"}, {"a"});
+  *g->add_node() = node("Mul", {"a", "g"}, {"m"});
+  *g->add_node() = node("Add", {"m", "x"}, {"y"});
+  return m;
+}
+
+std::vector<float> values(const Tensor& t) {
+  return {t.values<float>().begin(), t.values<float>().end()};
+}
+
+TEST(Executor, StagedRunsKeepWhatLaterStagesReadAndMayBePendingTogether) {
+  runtime::Executor executor(ir::load_model(as_span(bytes_of(two_stage_model()))), {});
+  const runtime::Stages stages = executor.stages({{"a"}, {"y"}});
+  for (int round = 0; round < 3; ++round) {  // records the plan, then runs from its arenas
+    auto first = executor.start(stages);
+    auto second = executor.start(stages);
+    // Stage 0 needs no 'g'; the caller's x may go away: the state keeps what stage 1 reads.
+    auto a1 = executor.run_stage(*first, {{"x", Tensor::from_vector<float>({1, 3}, {-1, 1, 2})}});
+    auto a2 = executor.run_stage(*second, {{"x", Tensor::from_vector<float>({1, 3}, {3, -4, 5})}});
+    EXPECT_EQ(values(a1[0]), (std::vector<float>{0, 2, 4}));
+    EXPECT_EQ(values(a2[0]), (std::vector<float>{6, 0, 10}));
+    auto y2 = executor.run_stage(*second, {{"g", Tensor::from_vector<float>({1, 3}, {1, 1, 1})}});
+    auto y1 = executor.run_stage(*first, {{"g", Tensor::from_vector<float>({1, 3}, {2, 2, 2})}});
+    EXPECT_EQ(values(y1[0]), (std::vector<float>{-1, 5, 10}));
+    EXPECT_EQ(values(y2[0]), (std::vector<float>{9, -4, 15}));
+    EXPECT_EQ(first->next_stage(), 2u);
+  }
+  auto dropped = executor.start(stages);  // a forward whose backward never comes
+  executor.run_stage(*dropped, {{"x", Tensor::zeros(DType::kFloat32, {1, 3})}});
+  dropped.reset();
+  // A plain run of the first output needs no 'g' either.
+  EXPECT_EQ(values(executor.run({{"x", Tensor::from_vector<float>({1, 3}, {1, 1, 1})}}, {"a"})[0]),
+            (std::vector<float>{2, 2, 2}));
+}
+
+TEST(Executor, StagedRunsCheckTheirFeedsPerStage) {
+  runtime::Executor executor(ir::load_model(as_span(bytes_of(two_stage_model()))), {});
+  const runtime::Stages stages = executor.stages({{"a"}, {"y"}});
+  auto state = executor.start(stages);
+  EXPECT_NE(
+      error_of([&] { executor.run_stage(*state, {}); }).find("input 'x' (float[batch, 3]) is missing from stage 0"),
+      std::string::npos);
+  state = executor.start(stages);
+  const Tensor x = Tensor::zeros(DType::kFloat32, {2, 3});
+  executor.run_stage(*state, {{"x", x}});
+  EXPECT_NE(error_of([&] {
+              executor.run_stage(*state, {{"g", Tensor::zeros(DType::kFloat32, {1, 3})}});
+            }).find("dimension 0 ('batch') is 1, but another input gave 'batch' = 2"),
+            std::string::npos);
+  state = executor.start(stages);
+  executor.run_stage(*state, {{"x", x}});
+  EXPECT_NE(error_of([&] {
+              executor.run_stage(*state, {{"x", x}, {"g", x}});
+            }).find("'x' was fed to an earlier stage"),
+            std::string::npos);
+  state = executor.start(stages);
+  executor.run_stage(*state, {{"x", x}});
+  executor.run_stage(*state, {{"g", x}});
+  EXPECT_NE(error_of([&] { executor.run_stage(*state, {}); }).find("has run all its 2 stages"), std::string::npos);
+}
+
+}  // namespace staged
+
+TEST(KernelRegistry, AnswersPerDeviceAndDeclaresHostInputs) {
+  const auto& registry = KernelRegistry::global();
+  const Device cuda{DeviceKind::kCuda, 0};
+  EXPECT_NE(registry.find("", "Relu", 14), nullptr);
+  EXPECT_EQ(registry.find("", "Relu", 14, cuda), nullptr);
+  const KernelDef* reshape = registry.find("", "Reshape", 14, Device::cpu(), DType::kFloat32);
+  ASSERT_NE(reshape, nullptr);
+  EXPECT_EQ(reshape->constraints.host_inputs, std::vector<size_t>{1});
+  EXPECT_EQ(Tensor::zeros(DType::kFloat32, {2}).device(), Device::cpu());
+  EXPECT_EQ(cuda.to_string(), "cuda:0");
+  EXPECT_NE(error_of([&] { Allocator::of(cuda); }).find("no allocator for device cuda:0"), std::string::npos);
+  EXPECT_EQ(Allocator::of(Device::cpu()).allocate(128)->device(), Device::cpu());
 }
 
 }  // namespace

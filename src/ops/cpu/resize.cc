@@ -602,7 +602,7 @@ const KernelRegistration kResize10{"", "Resize", 10, 10, [](const KernelInfo& in
                                    }};
 
 const KernelRegistration kResize11{
-    "", "Resize", 11, kLatestOpset, [](const KernelInfo& info) {
+    "", "Resize", 11, kLatestOpset, {.host_inputs = {1, 2, 3}}, [](const KernelInfo& info) {
       const ResizeOptions o = resize_options(info);
       return make_kernel([o](KernelContext& ctx) {
         const Tensor* scales_tensor = present(ctx, 2);

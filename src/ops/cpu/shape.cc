@@ -33,7 +33,6 @@ std::vector<int64_t> normalize_axes(const Where& where, std::vector<int64_t> axe
   return axes;
 }
 
-
 // The elements of an integer tensor as int64. (Not Tensor::to_int64_vector: core
 // dispatch() with a return value currently hands back a dangling reference.)
 std::vector<int64_t> int64_values(const KernelContext& ctx, const Tensor& t, std::string_view what) {
@@ -289,7 +288,7 @@ Shape reshape_target(const KernelContext& ctx, const Shape& in, const std::vecto
 }
 
 // Reshape-5+: the shape is input 1; allowzero (14+) makes 0 a real zero-size dimension.
-const KernelRegistration kReshape{"", "Reshape", 5, kLatestOpset, [](const KernelInfo& info) {
+const KernelRegistration kReshape{"", "Reshape", 5, kLatestOpset, {.host_inputs = {1}}, [](const KernelInfo& info) {
                                     const bool allow_zero = info.int_attribute("allowzero", 0) != 0;
                                     return make_kernel([allow_zero](KernelContext& ctx) {
                                       const Tensor& x = ctx.input(0);
@@ -353,7 +352,7 @@ KernelFactory squeeze_factory(bool axes_is_input) {
 }
 
 const KernelRegistration kSqueeze1{"", "Squeeze", 1, 12, squeeze_factory(false)};
-const KernelRegistration kSqueeze13{"", "Squeeze", 13, kLatestOpset, squeeze_factory(true)};
+const KernelRegistration kSqueeze13{"", "Squeeze", 13, kLatestOpset, {.host_inputs = {1}}, squeeze_factory(true)};
 
 KernelFactory unsqueeze_factory(bool axes_is_input) {
   return [axes_is_input](const KernelInfo& info) {
@@ -375,7 +374,7 @@ KernelFactory unsqueeze_factory(bool axes_is_input) {
 }
 
 const KernelRegistration kUnsqueeze1{"", "Unsqueeze", 1, 12, unsqueeze_factory(false)};
-const KernelRegistration kUnsqueeze13{"", "Unsqueeze", 13, kLatestOpset, unsqueeze_factory(true)};
+const KernelRegistration kUnsqueeze13{"", "Unsqueeze", 13, kLatestOpset, {.host_inputs = {1}}, unsqueeze_factory(true)};
 
 // ---------------------------------------------------------------------------------------
 // Transpose
@@ -603,7 +602,7 @@ const KernelRegistration kSlice1{"", "Slice", 1, 9, [](const KernelInfo& info) {
                                  }};
 
 // Slice-10+: starts, ends, axes, steps are inputs 1..4 (axes and steps optional).
-const KernelRegistration kSlice10{"", "Slice", 10, kLatestOpset, [](const KernelInfo&) {
+const KernelRegistration kSlice10{"", "Slice", 10, kLatestOpset, {.host_inputs = {1, 2, 3, 4}}, [](const KernelInfo&) {
                                     return make_kernel([](KernelContext& ctx) {
                                       SliceArguments a;
                                       a.starts = required_ints(ctx, 1, "starts");
@@ -624,7 +623,7 @@ const KernelRegistration kSlice10{"", "Slice", 10, kLatestOpset, [](const Kernel
 // Expand, Tile
 
 const KernelRegistration kExpand{
-    "", "Expand", 8, kLatestOpset, [](const KernelInfo&) {
+    "", "Expand", 8, kLatestOpset, {.host_inputs = {1}}, [](const KernelInfo&) {
       return make_kernel([](KernelContext& ctx) {
         const Tensor& x = ctx.input(0);
         const Shape target = required_ints(ctx, 1, "shape");
@@ -644,7 +643,7 @@ const KernelRegistration kExpand{
 
 // Tile is a strided copy over the shape (r_0, d_0, r_1, d_1, ...): each repeat axis reads
 // the input with stride 0, and that layout is exactly the tiled output's.
-const KernelRegistration kTile{"", "Tile", 6, kLatestOpset, [](const KernelInfo&) {
+const KernelRegistration kTile{"", "Tile", 6, kLatestOpset, {.host_inputs = {1}}, [](const KernelInfo&) {
                                  return make_kernel([](KernelContext& ctx) {
                                    const Tensor& x = ctx.input(0);
                                    const std::vector<int64_t> repeats = required_ints(ctx, 1, "repeats");
@@ -841,7 +840,7 @@ const KernelRegistration kPad2{
 
 // Pad-11+: pads, constant_value (and from 18 axes) are inputs; wrap mode from 19.
 const KernelRegistration kPad11{
-    "", "Pad", 11, kLatestOpset, [](const KernelInfo& info) {
+    "", "Pad", 11, kLatestOpset, {.host_inputs = {1, 2, 3}}, [](const KernelInfo& info) {
       const PadMode mode = pad_mode(info, info.string_attribute("mode", "constant"), info.opset());
       return make_kernel([mode](KernelContext& ctx) {
         const std::vector<int64_t> pads = required_ints(ctx, 1, "pads");
@@ -953,7 +952,7 @@ const KernelRegistration kSize{"", "Size", 1, kLatestOpset, [](const KernelInfo&
                                }};
 
 const KernelRegistration kRange{
-    "", "Range", 11, kLatestOpset, [](const KernelInfo&) {
+    "", "Range", 11, kLatestOpset, {.host_inputs = {0, 1, 2}}, [](const KernelInfo&) {
       return make_kernel([](KernelContext& ctx) {
         const DType dtype = ctx.input(0).dtype();
         for (size_t i = 0; i < 3; ++i) {
@@ -980,7 +979,7 @@ const KernelRegistration kRange{
     }};
 
 const KernelRegistration kConstantOfShape{
-    "", "ConstantOfShape", 9, kLatestOpset, [](const KernelInfo& info) {
+    "", "ConstantOfShape", 9, kLatestOpset, {.host_inputs = {0}}, [](const KernelInfo& info) {
       Tensor value = Tensor::scalar<float>(0.0f);
       if (const Tensor* t = info.tensor_attribute("value")) {
         if (t->numel() != 1) info.fail("value has shape " + shape_string(t->shape()) + ", expected one element");

@@ -287,7 +287,7 @@ void top_k(const T* x, T* values, int64_t* indices, const AxisLayout& l, int64_t
 }
 
 const KernelRegistration kTopK{
-    "", "TopK", 1, kLatestOpset, [](const KernelInfo& info) {
+    "", "TopK", 1, kLatestOpset, {.host_inputs = {1}}, [](const KernelInfo& info) {
       const int64_t axis = info.int_attribute("axis", -1);
       // k is an attribute before opset 10 and input 'K' from then on; largest and sorted
       // exist from opset 11. Unsorted results may come in any order, so they come sorted.
