@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 import onnxtrain
 
-from .gradcheck import RUNTIMES, C, F, GradCase, Unsupported, V, check_case, make_session
+from .gradcheck import C, F, GradCase, Unsupported, V, check_case, check_case_float32, make_session
 
 OPSET = 23
 
@@ -37,7 +37,38 @@ RMS_NORMALIZATION = [
          {"x": F(2, 5), "scale": C(np.linspace(0.5, 1.5, 5))}),
 ]
 
-ALL = RMS_NORMALIZATION
+def rotary_caches(positions: int, half: int) -> tuple[np.ndarray, np.ndarray]:
+    angles = np.arange(positions)[:, None] * (1.0 / 10000 ** (np.arange(half) / half))
+    return np.cos(angles), np.sin(angles)
+
+
+def rotary_case(id: str, x_shape: tuple, attrs: dict, position_ids: bool = True, half: int = 0) -> GradCase:
+    b, seq = x_shape[0], (x_shape[2] if len(x_shape) == 4 else x_shape[1])
+    head = x_shape[3] if len(x_shape) == 4 else x_shape[2] // attrs["num_heads"]
+    half = half or (attrs.get("rotary_embedding_dim") or head) // 2
+    if position_ids:
+        cos, sin = rotary_caches(seq + 3, half)
+        pos = np.random.default_rng(1).integers(0, seq + 3, size=(b, seq))
+        inputs = {"x": F(*x_shape), "cos": C(cos), "sin": C(sin), "pos": V(pos, np.int64)}
+    else:
+        cos, sin = rotary_caches(b * seq, half)
+        inputs = {"x": F(*x_shape), "cos": C(cos.reshape(b, seq, half)), "sin": C(sin.reshape(b, seq, half))}
+    # RotaryEmbedding has no float64 in the spec: onnxruntime refuses the float64 model, so
+    # it checks the float32 one (test_rotary_embedding_float32_onnxruntime).
+    return case(id, "RotaryEmbedding", inputs, attrs, runtimes=("reference", "onnxtrain"), forward_runtime="reference")
+
+
+ROTARY_EMBEDDING = [
+    rotary_case("RotaryEmbedding", (2, 2, 3, 4), {}),
+    rotary_case("RotaryEmbedding-interleaved", (2, 2, 3, 4), {"interleaved": 1}),
+    rotary_case("RotaryEmbedding-partial", (1, 2, 3, 6), {"rotary_embedding_dim": 2, "num_heads": 2}),
+    rotary_case("RotaryEmbedding-3d", (2, 3, 8), {"num_heads": 2}),
+    rotary_case("RotaryEmbedding-3d-partial-interleaved", (2, 3, 12),
+                {"num_heads": 2, "rotary_embedding_dim": 4, "interleaved": 1}),
+    rotary_case("RotaryEmbedding-no-position-ids", (2, 2, 3, 4), {}, position_ids=False),
+]
+
+ALL = RMS_NORMALIZATION + ROTARY_EMBEDDING
 
 
 def _params():
@@ -90,3 +121,50 @@ def test_rms_normalization_matches_torch(runtime: str) -> None:
     np.testing.assert_allclose(ours["y"], y.detach().numpy(), rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(ours["x_grad"], xt.grad.numpy(), rtol=1e-7, atol=1e-9)
     np.testing.assert_allclose(ours["s_grad"], norm.weight.grad.numpy(), rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("shapes", ["static", "dynamic"])
+@pytest.mark.parametrize("case", ROTARY_EMBEDDING, ids=[c.id for c in ROTARY_EMBEDDING])
+def test_rotary_embedding_float32_onnxruntime(case: GradCase, shapes: str) -> None:
+    check_case_float32(case, shapes)  # eps 1e-2, rtol 2e-2, atol 2e-3
+
+
+def torch_rotary(torch, x, cos, sin, pos, interleaved: bool, rotary_dim: int):
+    """The spec's algorithm in torch, 4-D input [B, H, S, D]."""
+    cos, sin = cos[pos].unsqueeze(1), sin[pos].unsqueeze(1)  # [B, 1, S, half]
+    rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
+    if interleaved:
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+    else:
+        x1, x2 = rot.chunk(2, dim=-1)
+    real, imag = cos * x1 - sin * x2, sin * x1 + cos * x2
+    rotated = torch.stack((real, imag), -1).flatten(-2) if interleaved else torch.cat((real, imag), -1)
+    return torch.cat((rotated, rest), -1)
+
+
+@pytest.mark.parametrize("interleaved", [0, 1])
+@pytest.mark.parametrize("runtime", ["reference", "onnxtrain"])
+def test_rotary_embedding_matches_torch(runtime: str, interleaved: int) -> None:
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    x, dy = rng.standard_normal((2, 3, 5, 8)), rng.standard_normal((2, 3, 5, 8))
+    cos, sin = rotary_caches(9, 3)
+    pos = rng.integers(0, 9, size=(2, 5))
+    node = helper.make_node("RotaryEmbedding", ["x", "cos", "sin", "pos"], ["y"], interleaved=interleaved,
+                            rotary_embedding_dim=6, num_heads=3)
+    model = double_model([node], {"x": ("double", [2, 3, 5, 8]), "cos": ("double", [9, 3]),
+                                  "sin": ("double", [9, 3]), "pos": ("int64", [2, 5])}, ["y"])
+    ours = gradients(model, ["x"], {"x": x, "cos": cos, "sin": sin, "pos": pos}, dy, runtime)
+    xt = torch.tensor(x, requires_grad=True)
+    y = torch_rotary(torch, xt, torch.tensor(cos), torch.tensor(sin), torch.tensor(pos), bool(interleaved), 6)
+    y.backward(torch.tensor(dy))
+    np.testing.assert_allclose(ours["y"], y.detach().numpy(), rtol=1e-7, atol=1e-9)
+    np.testing.assert_allclose(ours["x_grad"], xt.grad.numpy(), rtol=1e-7, atol=1e-9)
+
+
+def test_rotary_embedding_refuses_differentiated_caches() -> None:
+    node = helper.make_node("RotaryEmbedding", ["x", "cos", "sin"], ["y"])
+    model = double_model([node], {"x": ("double", [1, 1, 2, 4]), "cos": ("double", [1, 2, 2]),
+                                  "sin": ("double", [1, 2, 2])}, ["y"])
+    with pytest.raises(Exception, match=r"cos_cache depends on a differentiated value"):
+        onnxtrain.build_gradient_graph(model, ["x", "cos"], outputs=["y"])
