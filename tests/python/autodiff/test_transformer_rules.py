@@ -68,7 +68,36 @@ ROTARY_EMBEDDING = [
     rotary_case("RotaryEmbedding-no-position-ids", (2, 2, 3, 4), {}, position_ids=False),
 ]
 
-ALL = RMS_NORMALIZATION + ROTARY_EMBEDDING
+def attention_case(id: str, q: tuple, k: tuple, v: tuple, attrs: dict | None = None, mask: object = None) -> GradCase:
+    inputs = {"q": F(*q), "k": F(*k), "v": F(*v)}
+    if mask is not None:
+        inputs["mask"] = mask
+    # onnxruntime runs a float64 Attention through the spec's function body and gets the
+    # output shape wrong ([1, 2, 3, 4] inputs give a 3-D Y); float32 runs on its kernel
+    # (test_attention_float32_onnxruntime).
+    return case(id, "Attention", inputs, attrs, runtimes=("reference", "onnxtrain"), forward_runtime="reference")
+
+
+ATTENTION = [
+    attention_case("Attention-4d", (1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 3)),
+    attention_case("Attention-4d-gqa", (1, 4, 3, 4), (1, 2, 4, 4), (1, 2, 4, 4)),
+    attention_case("Attention-3d", (2, 3, 8), (2, 4, 8), (2, 4, 6), {"q_num_heads": 2, "kv_num_heads": 2}),
+    attention_case("Attention-3d-gqa", (1, 3, 16), (1, 4, 8), (1, 4, 8), {"q_num_heads": 4, "kv_num_heads": 2}),
+    attention_case("Attention-causal", (1, 2, 4, 4), (1, 2, 4, 4), (1, 2, 4, 4), {"is_causal": 1}),
+    attention_case("Attention-causal-cross", (1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4), {"is_causal": 1}),
+    attention_case("Attention-scale-softcap", (1, 2, 3, 4), (1, 2, 4, 4), (1, 2, 4, 4),
+                   {"scale": 0.8, "softcap": 1.5}),
+    attention_case("Attention-bool-mask", (1, 2, 3, 4), (1, 2, 4, 4), (1, 2, 4, 4),
+                   mask=V(np.array([[1, 1, 0, 1], [1, 0, 1, 1], [0, 1, 1, 1]], bool))),
+    attention_case("Attention-float-mask", (1, 2, 3, 4), (1, 2, 4, 4), (1, 2, 4, 4), mask=F(3, 4)),
+    attention_case("Attention-float-mask-4d-causal", (2, 2, 3, 4), (2, 2, 3, 4), (2, 2, 3, 4), {"is_causal": 1},
+                   mask=F(2, 1, 3, 3)),
+    attention_case("Attention-short-mask", (1, 2, 3, 4), (1, 2, 5, 4), (1, 2, 5, 4), mask=F(3, 3)),
+    attention_case("Attention-mask-softcap", (1, 1, 3, 4), (1, 1, 4, 4), (1, 1, 4, 4), {"softcap": 2.0},
+                   mask=V(np.array([[1, 1, 0, 1], [1, 0, 1, 1], [0, 1, 1, 1]], bool))),
+]
+
+ALL = RMS_NORMALIZATION + ROTARY_EMBEDDING + ATTENTION
 
 
 def _params():
@@ -168,3 +197,72 @@ def test_rotary_embedding_refuses_differentiated_caches() -> None:
                                   "sin": ("double", [1, 2, 2])}, ["y"])
     with pytest.raises(Exception, match=r"cos_cache depends on a differentiated value"):
         onnxtrain.build_gradient_graph(model, ["x", "cos"], outputs=["y"])
+
+
+@pytest.mark.parametrize("case", ATTENTION[:9], ids=[c.id for c in ATTENTION[:9]])
+def test_attention_float32_onnxruntime(case: GradCase) -> None:
+    check_case_float32(case, "static")  # eps 1e-2, rtol 2e-2, atol 2e-3
+
+
+@pytest.mark.parametrize("layout", ["4d", "3d"])
+@pytest.mark.parametrize("variant", ["plain", "gqa-causal", "bool-mask", "float-mask-scale"])
+@pytest.mark.parametrize("runtime", ["reference", "onnxtrain"])
+def test_attention_matches_torch_sdpa(runtime: str, variant: str, layout: str) -> None:
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    b, hq, hkv, sq, skv, d = 2, 4, (2 if variant == "gqa-causal" else 4), 5, 5, 8
+    q, k, v = rng.standard_normal((b, hq, sq, d)), rng.standard_normal((b, hkv, skv, d)), rng.standard_normal((b, hkv, skv, d))
+    dy = rng.standard_normal((b, hq, sq, d))
+    attrs: dict = {}
+    feeds: dict = {}
+    mask = None
+    if variant == "gqa-causal":
+        attrs["is_causal"] = 1
+    if variant == "bool-mask":
+        mask = rng.random((sq, skv)) < 0.7
+        mask[:, 0] = True
+    if variant == "float-mask-scale":
+        mask = rng.standard_normal((b, 1, sq, skv))
+        # 0.25: onnx.reference takes sqrt(scale) in float32, exact only for such values.
+        attrs["scale"] = 0.25
+    to3 = lambda x: x.transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[2], -1)
+    if layout == "3d":
+        attrs |= {"q_num_heads": hq, "kv_num_heads": hkv}
+        feeds = {"q": to3(q), "k": to3(k), "v": to3(v)}
+    else:
+        feeds = {"q": q, "k": k, "v": v}
+    names = ["q", "k", "v"] + (["m"] if mask is not None else [])
+    if mask is not None:
+        feeds["m"] = mask
+    node = helper.make_node("Attention", names, ["y"], **attrs)
+    graph_inputs = [helper.make_tensor_value_info(n, TensorProto.DOUBLE, list(feeds[n].shape)) for n in ("q", "k", "v")]
+    if mask is not None:
+        elem = TensorProto.BOOL if mask.dtype == bool else TensorProto.DOUBLE
+        graph_inputs.append(helper.make_tensor_value_info("m", elem, list(mask.shape)))
+    graph = helper.make_graph([node], "g", graph_inputs, [helper.make_tensor_value_info("y", TensorProto.DOUBLE, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=10)
+    wrt = ["q", "k", "v"] + (["m"] if mask is not None and mask.dtype != bool else [])
+    ours = gradients(model, wrt, feeds, to3(dy) if layout == "3d" else dy, runtime)
+
+    # ONNX attributes are float32: give torch the scale the model holds.
+    scale = float(np.float32(attrs["scale"])) if "scale" in attrs else None
+    qt, kt, vt = (torch.tensor(x, requires_grad=True) for x in (q, k, v))
+    mt = None if mask is None else torch.tensor(mask, requires_grad=mask.dtype != bool)
+    y = torch.nn.functional.scaled_dot_product_attention(qt, kt, vt, attn_mask=mt, is_causal=bool(attrs.get("is_causal")),
+                                                         scale=scale, enable_gqa=hq != hkv)
+    y.backward(torch.tensor(dy))
+    back = (lambda x: to3(x)) if layout == "3d" else (lambda x: x)
+    np.testing.assert_allclose(ours["y"], back(y.detach().numpy()), rtol=1e-7, atol=1e-9)
+    for name, t in (("q", qt), ("k", kt), ("v", vt)):
+        np.testing.assert_allclose(ours[f"{name}_grad"], back(t.grad.numpy()), rtol=1e-7, atol=1e-9, err_msg=name)
+    if "m" in wrt:
+        np.testing.assert_allclose(ours["m_grad"], mt.grad.numpy(), rtol=1e-7, atol=1e-9)
+
+
+def test_attention_refuses_kv_cache_gradients() -> None:
+    node = helper.make_node("Attention", ["q", "k", "v", "", "pk", "pv"], ["y", "pres_k", "pres_v"])
+    model = double_model([node], {"q": ("double", [1, 1, 2, 4]), "k": ("double", [1, 1, 2, 4]),
+                                  "v": ("double", [1, 1, 2, 4]), "pk": ("double", [1, 1, 3, 4]),
+                                  "pv": ("double", [1, 1, 3, 4])}, ["y"])
+    with pytest.raises(Exception, match=r"past_key/past_value \(the KV cache\) are given"):
+        onnxtrain.build_gradient_graph(model, ["q"], outputs=["y"])
