@@ -14,7 +14,7 @@ const std::set<std::string_view> kSameAsInput = {
     "HardSwish", "Hardmax", "Identity", "InstanceNormalization", "IsInf", "IsNaN", "LayerNormalization", "LeakyRelu",
     "Log", "LogSoftmax", "LpNormalization", "Mish", "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu", "Shrink",
     "Sigmoid", "Sign", "Sin", "Sinh", "Softmax", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu",
-    "Trilu", "RMSNormalization", "RotaryEmbedding", "LRN",
+    "Trilu", "RMSNormalization", "RotaryEmbedding", "LRN", "BitwiseNot",
     // org.onnxtrain ops: fused GELU; gradients have their value's shape.
     "GeluTanh", "ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "GeluTanhGrad", "SoftmaxGrad", "LogSoftmaxGrad"};
 

@@ -567,6 +567,10 @@ const std::unordered_map<std::string, Rule>& rules() {
     t["LayerNormalization"] = layer_norm;
     t["RotaryEmbedding"] = same_as_input;
     t["LRN"] = same_as_input;
+    for (const char* op : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"}) {
+      t[op] = [](Context& c) { elementwise(c, c.dtype(0)); };
+    }
+    t["BitwiseNot"] = same_as_input;
     t["Attention"] = attention;
     t["RMSNormalization"] = [](Context& c) { c.set(0, c.dtype(1), c.shape(0) ? std::optional(*c.shape(0)) : std::nullopt); };
     t["OneHot"] = [](Context& c) { c.set(0, c.dtype(2)); };
