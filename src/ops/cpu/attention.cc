@@ -10,7 +10,9 @@
 //
 // Each task takes a block of query rows of one head and keeps their score rows in a small
 // buffer: the scores never exist for the whole tensor, so memory stays O(rows x total)
-// per thread. The 16-bit types compute in float, float64 in double.
+// per thread. The block's two products run as GEMMs (oneDNN's sgemm for float32); keys a
+// causal or padding mask hides from the whole block are left out of both. The 16-bit
+// types compute in float, float64 in double.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -18,6 +20,7 @@
 #include "core/dispatch.h"
 #include "core/parallel.h"
 #include "ops/cpu/onednn.h"
+#include "ops/cpu/vector_math.h"
 #include "ops/kernel_registry.h"
 
 namespace onnxtrain {
@@ -320,7 +323,7 @@ class AttentionKernel final : public OpKernel {
     std::vector<int64_t> lengths;
   };
 
-  static constexpr int64_t kRowBlock = 16;
+  static constexpr int64_t kRowBlock = 32;
 
   // Every (batch, head, block of query rows) is one task.
   template <typename A, typename T>
@@ -329,19 +332,15 @@ class AttentionKernel final : public OpKernel {
     const int64_t tasks = d.batch * d.q_heads * blocks;
     const int64_t work = std::max<int64_t>(1, kRowBlock * d.total() * (d.head_size + d.v_head_size));
     parallel_for(tasks, std::max<int64_t>(1, 65536 / work), [&](int64_t begin, int64_t end) {
-      std::vector<A> scores(static_cast<size_t>(d.total()));
-      std::vector<A> out(static_cast<size_t>(d.v_head_size));
+      std::vector<A> scores(static_cast<size_t>(kRowBlock * d.total()));
+      std::vector<A> out(static_cast<size_t>(kRowBlock * d.v_head_size));
       for (int64_t task = begin; task < end; ++task) {
         const int64_t block = task % blocks, bh = task / blocks;
         const int64_t b = bh / d.q_heads, h = bh % d.q_heads;
-        const int64_t kv_h = h / (d.q_heads / d.kv_heads);
-        const int64_t i_end = std::min(d.q_seq, (block + 1) * kRowBlock);
-        for (int64_t i = block * kRowBlock; i < i_end; ++i) {
-          T* qk_row = qk ? qk + ((b * d.q_heads + h) * d.q_seq + i) * d.total() : nullptr;
-          attend_row<A, T>(d, in, scale, b, h, kv_h, i, scores.data(), out.data(), qk_row);
-          T* yr = y + y_layout.at(b, h, i);
-          for (int64_t c = 0; c < d.v_head_size; ++c) yr[c] = static_cast<T>(static_cast<compute_type_t<T>>(out[c]));
-        }
+        const int64_t i0 = block * kRowBlock, i1 = std::min(d.q_seq, i0 + kRowBlock);
+        attend_block<A, T>(d, in, scale, b, h, i0, i1, scores.data(), out.data(), qk);
+        for (int64_t i = i0; i < i1; ++i)
+          store_row(y + y_layout.at(b, h, i), out.data() + (i - i0) * d.v_head_size, d.v_head_size);
       }
     });
   }
@@ -352,50 +351,116 @@ class AttentionKernel final : public OpKernel {
     for (int64_t j = 0; j < n; ++j) dst[j] = static_cast<T>(static_cast<compute_type_t<T>>(src[j]));
   }
 
-  // One query row: scores, bias, softcap, softmax, then out = probabilities x V.
-  template <typename A, typename T>
-  void attend_row(const AttentionDims& d, const Inputs<A>& in, A scale, int64_t b, int64_t h, int64_t kv_h, int64_t i,
-                  A* s, A* out, T* qk_row) const {
-    const int64_t total = d.total();
-    const A inf = std::numeric_limits<A>::infinity();
-    // Keys past `visible` are masked whatever the scores: skip their products.
-    int64_t visible = in.lengths[static_cast<size_t>(b)];
+  // c [m, n] (row stride ldc) = alpha * a [m, k] (row stride lda) x b, where b is [k, n]
+  // or, with b_t, the transpose of [n, k] (row stride ldb). float32 runs oneDNN's sgemm
+  // (one thread inside a parallel task); double runs plain loops whose inner loop is
+  // contiguous.
+  template <typename A>
+  static void gemm(bool b_t, int64_t m, int64_t n, int64_t k, A alpha, const A* a, int64_t lda, const A* b, int64_t ldb,
+                   A* c, int64_t ldc) {
+    if (m == 0 || n == 0) return;
+    if constexpr (std::is_same_v<A, float>) {
+      if (k > 0) {
+        dnnl::sgemm('N', b_t ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
+        return;
+      }
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      const A* ar = a + i * lda;
+      A* cr = c + i * ldc;
+      if (b_t) {
+        for (int64_t j = 0; j < n; ++j) {
+          const A* br = b + j * ldb;
+          cr[j] = alpha * onednn::lane_sum<A>(k, [&](int64_t p) { return ar[p] * br[p]; });
+        }
+        continue;
+      }
+      for (int64_t j = 0; j < n; ++j) cr[j] = A(0);
+      for (int64_t p = 0; p < k; ++p) {
+        const A av = alpha * ar[p];
+        const A* br = b + p * ldb;
+        for (int64_t j = 0; j < n; ++j) cr[j] += av * br[j];
+      }
+    }
+  }
+
+  // Keys at or past `visible` are masked whatever their scores; `computed` is how many
+  // scores the row needs (all of them when qk_matmul_output wants the raw ones).
+  struct RowPlan {
+    int64_t visible = 0, computed = 0;
+  };
+
+  template <typename A>
+  RowPlan plan_row(const AttentionDims& d, const Inputs<A>& in, int64_t b, int64_t i, bool raw_needed) const {
+    int64_t visible = std::max<int64_t>(0, in.lengths[static_cast<size_t>(b)]);
     if (is_causal_) visible = std::min(visible, i + d.past + 1);
     if (!in.mask.values.empty()) visible = std::min(visible, in.mask.total);
-    const bool raw_needed = qk_row && mode_ == 0;
-    const int64_t computed = raw_needed ? total : visible;
-    const A* qr = in.q + in.q_layout.at(b, h, i);
-    for (int64_t j = 0; j < computed; ++j) {
-      const A* kr = in.k + in.k_layout.at(b, kv_h, j);
-      s[j] = scale * onednn::lane_sum<A>(d.head_size, [&](int64_t c) { return qr[c] * kr[c]; });
+    return {visible, raw_needed ? d.total() : visible};
+  }
+
+  // Query rows [i0, i1) of head h: scores = scale Q K^T (one product for the block),
+  // then per row bias, softcap and softmax, then out = P V (one product).
+  template <typename A, typename T>
+  void attend_block(const AttentionDims& d, const Inputs<A>& in, A scale, int64_t b, int64_t h, int64_t i0, int64_t i1,
+                    A* s, A* out, T* qk) const {
+    const int64_t total = d.total(), rows = i1 - i0;
+    const int64_t kv_h = h / (d.q_heads / d.kv_heads);
+    const bool raw_needed = qk && mode_ == 0;
+    // Visibility only grows with i, so the last row needs the most scores.
+    const int64_t cols = plan_row(d, in, b, i1 - 1, raw_needed).computed;
+    gemm<A>(true, rows, cols, d.head_size, scale, in.q + in.q_layout.at(b, h, i0), in.q_layout.row,
+            in.k + in.k_layout.at(b, kv_h, 0), in.k_layout.row, s, total);
+    int64_t used = 0;
+    for (int64_t i = i0; i < i1; ++i) {
+      T* qk_row = qk ? qk + ((b * d.q_heads + h) * d.q_seq + i) * total : nullptr;
+      used =
+          std::max(used, finish_row(d, in, b, h, i, s + (i - i0) * total, plan_row(d, in, b, i, raw_needed), qk_row));
     }
-    if (raw_needed) store_row(qk_row, s, total);
+    gemm<A>(false, rows, d.v_head_size, used, A(1), s, total, in.v + in.v_layout.at(b, kv_h, 0), in.v_layout.row, out,
+            d.v_head_size);
+    if (softcap_ > 0) return;
+    for (int64_t i = i0; i < i1; ++i) {  // every key masked: NaN, as the spec's softmax (0 / 0)
+      if (plan_row(d, in, b, i, raw_needed).visible > 0) continue;
+      std::fill_n(out + (i - i0) * d.v_head_size, d.v_head_size, std::numeric_limits<A>::quiet_NaN());
+    }
+  }
+
+  // One score row, its products done: bias, softcap, softmax, and the qk_matmul_output
+  // the mode asks for. Returns how many leading keys can have a non-zero probability.
+  template <typename A, typename T>
+  int64_t finish_row(const AttentionDims& d, const Inputs<A>& in, int64_t b, int64_t h, int64_t i, A* s,
+                     const RowPlan& plan, T* qk_row) const {
+    const int64_t total = d.total();
+    if (qk_row && mode_ == 0) store_row(qk_row, s, total);
     if (!in.mask.values.empty()) {
       const A* m = in.mask.row(b, h, i);
-      const int64_t n = std::min(computed, in.mask.total);
+      const int64_t n = std::min(plan.visible, in.mask.total);
       for (int64_t j = 0; j < n; ++j) s[j] += m[j];
     }
-    for (int64_t j = visible; j < total; ++j) s[j] = -inf;
+    std::fill(s + plan.visible, s + total, -std::numeric_limits<A>::infinity());
     if (qk_row && mode_ == 1) store_row(qk_row, s, total);
     if (softcap_ > 0) {
       const A cap = static_cast<A>(softcap_);
-      for (int64_t j = 0; j < total; ++j) s[j] = cap * std::tanh(s[j] / cap);
+      for (int64_t j = 0; j < total; ++j) s[j] = cap * tanh_of(s[j] / cap);
     }
     if (qk_row && mode_ == 2) store_row(qk_row, s, total);
     softmax(s, total);
     if (qk_row && mode_ == 3) store_row(qk_row, s, total);
-    for (int64_t c = 0; c < d.v_head_size; ++c) out[c] = A(0);
     // Masked keys have probability 0, unless softcap turned their -inf into -softcap.
-    const int64_t used = softcap_ > 0 ? total : std::max<int64_t>(visible, 0);
-    for (int64_t j = 0; j < used; ++j) {
-      const A p = s[j];
-      if (p == A(0)) continue;
-      const A* vr = in.v + in.v_layout.at(b, kv_h, j);
-      for (int64_t c = 0; c < d.v_head_size; ++c) out[c] += p * vr[c];
-    }
-    if (used < total && visible <= 0) {  // every key masked: NaN, as the spec's 0/0
-      for (int64_t c = 0; c < d.v_head_size; ++c) out[c] = std::numeric_limits<A>::quiet_NaN();
-    }
+    return softcap_ > 0 ? total : plan.visible;
+  }
+
+  // e^x and tanh x: vector_math's branch-free float versions (so that the loops
+  // vectorize), libm's for double.
+  template <typename A>
+  static A exp_of(A x) {
+    if constexpr (std::is_same_v<A, float>) return vector_math::exp(x);
+    return std::exp(x);
+  }
+  template <typename A>
+  static A tanh_of(A x) {
+    if constexpr (std::is_same_v<A, float>) return vector_math::tanh(x);
+    return std::tanh(x);
   }
 
   // In place; a row with every entry -inf becomes NaN (0 / 0), as the spec's Softmax.
@@ -403,12 +468,8 @@ class AttentionKernel final : public OpKernel {
   static void softmax(A* s, int64_t n) {
     if (n == 0) return;
     const A m = onednn::lane_max(s, n);
-    A sum = 0;
-    for (int64_t j = 0; j < n; ++j) {
-      s[j] = std::exp(s[j] - m);
-      sum += s[j];
-    }
-    const A inv = A(1) / sum;
+    for (int64_t j = 0; j < n; ++j) s[j] = exp_of(s[j] - m);
+    const A inv = A(1) / onednn::lane_sum<A>(n, [&](int64_t j) { return s[j]; });
     for (int64_t j = 0; j < n; ++j) s[j] *= inv;
   }
 

@@ -161,3 +161,10 @@ def test_attention_3d_needs_head_counts():
     inputs = qkv(three_d=True)
     with pytest.raises((ValueError, RuntimeError), match=r"3-D Q, K and V need the q_num_heads and kv_num_heads"):
         run_onnxtrain(make_model("Attention", inputs, {}, opset=23), inputs)
+
+
+def test_attention_fully_masked_row_is_nan_as_the_reference():
+    inputs = qkv(sq=3, skv=4, hq=2, hkv=2)
+    mask = np.ones((3, 4), bool)
+    mask[1] = False  # query 1 sees no key: softmax 0/0
+    attention({**inputs, "mask": mask}, reference="onnx.reference")
