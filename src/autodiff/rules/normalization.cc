@@ -268,6 +268,8 @@ void group_normalization(GradientContext& g) {
 const FunctionRegistration kRMSNormalizationGrad{R"(
 RMSNormalizationGrad <axis, epsilon> (dY, X, scale) => (dX, dScaleFull) {
   one = Constant <value_int = 1> ()
+  one_1d = Constant <value = int64[1] {1}> ()
+  end = Constant <value = int64[1] {9223372036854775807}> ()
   axis = Constant <value_int: int = @axis> ()
   epsilon_f = Constant <value_float: float = @epsilon> ()
   epsilon = CastLike (epsilon_f, X)
@@ -275,15 +277,21 @@ RMSNormalizationGrad <axis, epsilon> (dY, X, scale) => (dX, dScaleFull) {
   rank = Size (x_shape)
   shifted = Add (axis, rank)
   axis_n = Mod (shifted, rank)
+  axis_1d = Reshape (axis_n, one_1d)
   axes = Range (axis_n, rank, one)
+  normalized_shape = Slice (x_shape, axis_1d, end)
+  count_i = ReduceProd <keepdims = 0> (normalized_shape)
+  count = CastLike (count_i, X)
   squared = Mul (X, X)
-  mean_squared = ReduceMean <keepdims = 1> (squared, axes)
+  sum_squared = ReduceSum <keepdims = 1> (squared, axes)
+  mean_squared = Div (sum_squared, count)
   mean_squared_eps = Add (mean_squared, epsilon)
   rms = Sqrt (mean_squared_eps)
   inv = Reciprocal (rms)
   dn = Mul (dY, scale)
   dn_x = Mul (dn, X)
-  mean_dn_x = ReduceMean <keepdims = 1> (dn_x, axes)
+  sum_dn_x = ReduceSum <keepdims = 1> (dn_x, axes)
+  mean_dn_x = Div (sum_dn_x, count)
   inv_squared = Mul (inv, inv)
   x_inv_squared = Mul (X, inv_squared)
   correction = Mul (x_inv_squared, mean_dn_x)
@@ -292,8 +300,7 @@ RMSNormalizationGrad <axis, epsilon> (dY, X, scale) => (dX, dScaleFull) {
   normalized = Mul (X, inv)
   dScaleFull = Mul (dY, normalized)
 }
-)",
-                                                 18};
+)"};
 
 void rms_normalization(GradientContext& g) {
   const std::string dy = g.grad_of_output(0);
