@@ -14,7 +14,7 @@ const std::set<std::string_view> kSameAsInput = {
     "HardSwish", "Hardmax", "Identity", "InstanceNormalization", "IsInf", "IsNaN", "LayerNormalization", "LeakyRelu",
     "Log", "LogSoftmax", "LpNormalization", "Mish", "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu", "Shrink",
     "Sigmoid", "Sign", "Sin", "Sinh", "Softmax", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu",
-    "Trilu",
+    "Trilu", "RMSNormalization", "RotaryEmbedding", "LRN", "BitwiseNot",
     // org.onnxtrain ops: fused GELU; gradients have their value's shape.
     "GeluTanh", "ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "GeluTanhGrad", "SoftmaxGrad", "LogSoftmaxGrad"};
 
@@ -542,6 +542,18 @@ void ValueTypes::infer_shape(const ir::Node& node) {
   }
   if (op == "Range") {
     set_shape(out(0), unknown_dims(1));
+    return;
+  }
+  if (op == "Attention") {  // Y: Q's leading axes with V's head size ([B, H, S, Dv] or [B, S, H * Dv])
+    const auto& v = shape(input(2));
+    if (!in0 || !v || in0->size() != v->size()) return;
+    StaticShape y = *in0;
+    const auto& k = shape(input(1));
+    if (in0->size() == 4)
+      y.back() = v->back();
+    else  // V's hidden size equal to K's makes Y's equal to Q's
+      y.back() = k && dims_equal(k->back(), v->back()) ? in0->back() : ir::Dim{};
+    set_shape(out(0), y);
     return;
   }
 }

@@ -467,6 +467,36 @@ void layer_norm(Context& c) {
   c.set(2, stats, reduced);
 }
 
+// Attention: Y [B, Hq, Sq, Dv] (or [B, Sq, Hq * Dv]), present_key/value
+// [B, Hkv, past + Skv, D/Dv], qk_matmul_output [B, Hq, Sq, past + Skv].
+void attention(Context& c) {
+  const Shape* q = c.shape(0);
+  const Shape* k = c.shape(1);
+  const Shape* v = c.shape(2);
+  const Shape* past = c.shape(4);
+  const bool four_d = q && q->size() == 4;
+  std::optional<Shape> y;
+  if (q && v && v->size() == q->size()) {
+    y = *q;
+    y->back() = four_d ? v->back() : Dim{};
+    if (!four_d && k && same(k->back(), v->back())) y->back() = q->back();
+  }
+  c.set(0, c.dtype(0), y);
+  Dim total;
+  if (k && k->size() >= 3) {
+    const Dim& kv = (*k)[k->size() == 4 ? 2 : 1];
+    if (!c.input(4) && kv.value) total = kv;
+    if (past && past->size() == 4 && (*past)[2].value && kv.value) total = known(*(*past)[2].value + *kv.value);
+  }
+  auto present = [&](const Shape* s) -> std::optional<Shape> {
+    if (!s || s->size() != 4 || !four_d) return std::nullopt;
+    return Shape{(*s)[0], (*s)[1], total, (*s)[3]};
+  };
+  c.set(1, c.dtype(1), present(k));
+  c.set(2, c.dtype(2), present(v));
+  c.set(3, c.dtype(0), four_d ? std::optional(Shape{(*q)[0], (*q)[1], (*q)[2], total}) : std::nullopt);
+}
+
 using Rule = std::function<void(Context&)>;
 
 const std::unordered_map<std::string, Rule>& rules() {
@@ -535,6 +565,14 @@ const std::unordered_map<std::string, Rule>& rules() {
     t["SoftmaxCrossEntropyLoss"] = loss;
     t["NegativeLogLikelihoodLoss"] = loss;
     t["LayerNormalization"] = layer_norm;
+    t["RotaryEmbedding"] = same_as_input;
+    t["LRN"] = same_as_input;
+    for (const char* op : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"}) {
+      t[op] = [](Context& c) { elementwise(c, c.dtype(0)); };
+    }
+    t["BitwiseNot"] = same_as_input;
+    t["Attention"] = attention;
+    t["RMSNormalization"] = [](Context& c) { c.set(0, c.dtype(1), c.shape(0) ? std::optional(*c.shape(0)) : std::nullopt); };
     t["OneHot"] = [](Context& c) { c.set(0, c.dtype(2)); };
     t["EyeLike"] = [](Context& c) {
       const auto dtype = c.int_attribute("dtype");

@@ -101,5 +101,35 @@ TEST(ShapeInference, ConvolutionAndPoolingArithmetic) {
   EXPECT_EQ(text(types.at("flat")), "float[N,16]");
 }
 
+TEST(ShapeInference, TransformerOpsOfOpset23) {
+  onnx::ModelProto m = model(23);
+  auto* g = m.mutable_graph();
+  *g->add_input() = tensor_value("q", 1, {"B", "8", "S", "64"});
+  *g->add_input() = tensor_value("k", 1, {"B", "2", "4", "64"});
+  *g->add_input() = tensor_value("v", 1, {"B", "2", "4", "32"});
+  *g->add_input() = tensor_value("past_k", 1, {"B", "2", "6", "64"});
+  *g->add_input() = tensor_value("past_v", 1, {"B", "2", "6", "32"});
+  *g->add_input() = tensor_value("x3", 10, {"B", "S", "512"});
+  *g->add_input() = tensor_value("scale", 10, {"512"});
+  *g->add_input() = tensor_value("a", 6, {"3", "1"});
+  *g->add_input() = tensor_value("b", 6, {"4"});
+  *g->add_input() = tensor_value("cos", 1, {"B", "S", "32"});
+  *g->add_input() = tensor_value("sin", 1, {"B", "S", "32"});
+  *g->add_node() = node("Attention", {"q", "k", "v", "", "past_k", "past_v"}, {"y", "present_k", "present_v", "qk"});
+  *g->add_node() = node("RMSNormalization", {"x3", "scale"}, {"normed"});
+  *g->add_node() = node("RotaryEmbedding", {"q", "cos", "sin"}, {"rotated"});
+  *g->add_node() = node("LRN", {"q"}, {"lrn"});
+  *g->add_node() = node("BitwiseAnd", {"a", "b"}, {"and"});
+  const auto types = ir::infer_types(ir::load_model(as_span(bytes_of(m))));
+  EXPECT_EQ(text(types.at("y")), "float[B,8,S,32]");
+  EXPECT_EQ(text(types.at("present_k")), "float[B,2,10,64]");
+  EXPECT_EQ(text(types.at("present_v")), "float[B,2,10,32]");
+  EXPECT_EQ(text(types.at("qk")), "float[B,8,S,10]");
+  EXPECT_EQ(text(types.at("normed")), "float16[B,S,512]");
+  EXPECT_EQ(text(types.at("rotated")), "float[B,8,S,64]");
+  EXPECT_EQ(text(types.at("lrn")), "float[B,8,S,64]");
+  EXPECT_EQ(text(types.at("and")), "int32[3,4]");
+}
+
 }  // namespace
 }  // namespace onnxtrain

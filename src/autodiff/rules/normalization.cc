@@ -1,5 +1,5 @@
 // Gradient rules of the normalizations: LayerNormalization, BatchNormalization (training
-// and inference mode), InstanceNormalization, GroupNormalization.
+// and inference mode), InstanceNormalization, GroupNormalization, RMSNormalization.
 //
 // All share one formula. With xhat = (x - mean) * inv_std over a set of axes (n elements)
 // and dxhat = dY * scale:
@@ -261,12 +261,66 @@ void group_normalization(GradientContext& g) {
   if (g.needs_grad(2)) g.set_input_grad(2, g.emit("ReduceSum", {dy, axes}, sum));
 }
 
+// RMSNormalization over the axes [axis, rank): with r = (mean(x^2) + epsilon)^-1/2 and
+// dn = dY * scale, dX = r * (dn - x * r^2 * mean(dn * x)). dScaleFull = dY * x * r has X's
+// shape; the rule sums it down to scale's. The statistics are recomputed from X: the op
+// has no statistics outputs to keep.
+const FunctionRegistration kRMSNormalizationGrad{R"(
+RMSNormalizationGrad <axis, epsilon> (dY, X, scale) => (dX, dScaleFull) {
+  one = Constant <value_int = 1> ()
+  one_1d = Constant <value = int64[1] {1}> ()
+  end = Constant <value = int64[1] {9223372036854775807}> ()
+  axis = Constant <value_int: int = @axis> ()
+  epsilon_f = Constant <value_float: float = @epsilon> ()
+  epsilon = CastLike (epsilon_f, X)
+  x_shape = Shape (X)
+  rank = Size (x_shape)
+  shifted = Add (axis, rank)
+  axis_n = Mod (shifted, rank)
+  axis_1d = Reshape (axis_n, one_1d)
+  axes = Range (axis_n, rank, one)
+  normalized_shape = Slice (x_shape, axis_1d, end)
+  count_i = ReduceProd <keepdims = 0> (normalized_shape)
+  count = CastLike (count_i, X)
+  squared = Mul (X, X)
+  sum_squared = ReduceSum <keepdims = 1> (squared, axes)
+  mean_squared = Div (sum_squared, count)
+  mean_squared_eps = Add (mean_squared, epsilon)
+  rms = Sqrt (mean_squared_eps)
+  inv = Reciprocal (rms)
+  dn = Mul (dY, scale)
+  dn_x = Mul (dn, X)
+  sum_dn_x = ReduceSum <keepdims = 1> (dn_x, axes)
+  mean_dn_x = Div (sum_dn_x, count)
+  inv_squared = Mul (inv, inv)
+  x_inv_squared = Mul (X, inv_squared)
+  correction = Mul (x_inv_squared, mean_dn_x)
+  inner = Sub (dn, correction)
+  dX = Mul (inner, inv)
+  normalized = Mul (X, inv)
+  dScaleFull = Mul (dY, normalized)
+}
+)"};
+
+void rms_normalization(GradientContext& g) {
+  const std::string dy = g.grad_of_output(0);
+  if (dy.empty()) return;
+  const std::vector<bool> wanted = {g.needs_grad(0), g.needs_grad(1)};
+  const auto grads =
+      g.call_n("RMSNormalizationGrad", {dy, g.input(0), g.input(1)},
+               {attr("axis", g.attr_int("axis", -1)), attr("epsilon", g.attr_float("epsilon", 1e-5f))}, 2, wanted);
+  if (g.needs_grad(0)) g.set_input_grad(0, grads[0]);
+  if (g.needs_grad(1)) g.set_input_grad(1, g.reduce_to_shape(grads[1], g.input(1)));
+}
+
 const RuleRegistration kNormalizationRules{
     {"LayerNormalization", layer_normalization},
     {"BatchNormalization", batch_normalization},
     {"InstanceNormalization", instance_normalization},
     {"GroupNormalization", group_normalization},
 };
+
+const RuleRegistration kRMSNormalizationRules{{"RMSNormalization", rms_normalization}};
 
 }  // namespace
 }  // namespace onnxtrain::autodiff

@@ -1,5 +1,6 @@
 // Gradient rules of the reductions. Each brings dY (and Y where needed) back to the
-// reduced axes (Unsqueeze when keepdims=0) and broadcasts it over the input.
+// reduced axes (Unsqueeze when keepdims=0) and broadcasts it over the input. CumSum, a
+// running sum, is here too.
 #include "autodiff/gradient_context.h"
 
 namespace onnxtrain::autodiff {
@@ -142,6 +143,19 @@ const RuleRegistration kReduceRules{
     {"ReduceSumSquare", reduce_sum_square},
     {"ReduceProd", reduce_prod},
 };
+
+// CumSum, a running sum: y = L x along the axis, L the (strictly, when exclusive) lower
+// triangle of ones, or the upper one when reverse. The gradient is the transpose, the
+// same cumulative sum run the other way: dX = CumSum(dY, axis, exclusive, !reverse).
+void cumsum(GradientContext& g) {
+  const std::string dy = g.grad_of_output(0);
+  if (dy.empty() || !g.needs_grad(0)) return;
+  const std::vector<ir::Attribute> attributes = {attr("exclusive", g.attr_int("exclusive", 0)),
+                                                 attr("reverse", g.attr_int("reverse", 0) != 0 ? 0 : 1)};
+  g.set_input_grad(0, g.emit("CumSum", {dy, g.input(1)}, attributes));
+}
+
+const RuleRegistration kCumSumRules{{"CumSum", cumsum}};
 
 }  // namespace
 }  // namespace onnxtrain::autodiff

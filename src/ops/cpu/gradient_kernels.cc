@@ -10,6 +10,7 @@
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "ops/cpu/broadcast.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/cpu/onednn.h"
 #include "ops/cpu/vector_math.h"
@@ -806,6 +807,72 @@ const KernelRegistration kLayerNormalizationGrad{
             if (dscale) dscale->data<T>()[j] = static_cast<T>(s);
             if (dbias) dbias->data<T>()[j] = static_cast<T>(bsum);
           }
+        });
+      });
+    }};
+
+// RMSNormalizationGrad over the trailing axes from `axis`, the statistics recomputed
+// per row: dX = r (dn - x r^2 mean(dn x)) with dn = dY scale, and dScaleFull = dY x r,
+// X's shape (the rule sums it down to scale's). scale broadcasts to X unidirectionally.
+const KernelRegistration kRMSNormalizationGrad{
+    kDomain, "RMSNormalizationGrad", 1, kLatestOpset, [](const KernelInfo& info) {
+      const int64_t axis_attr = info.int_attribute("axis", -1);
+      const float epsilon = info.float_attribute("epsilon", 1e-5f);
+      return make_kernel([axis_attr, epsilon](KernelContext& ctx) {
+        const Tensor& dy = ctx.input(0);
+        const Tensor& x = ctx.input(1);
+        const Tensor& scale = ctx.input(2);
+        check_same_shape(ctx, dy, x, "RMSNormalizationGrad");
+        if (scale.dtype() != x.dtype()) ctx.fail("scale must have X's element type");
+        const int64_t rank = static_cast<int64_t>(x.rank());
+        const int64_t axis = axis_attr < 0 ? axis_attr + rank : axis_attr;
+        if (axis < 0 || axis >= rank) ctx.fail("axis out of range");
+        const int64_t rows = shape_size(std::span(x.shape()).first(static_cast<size_t>(axis)));
+        const int64_t n = rows ? x.numel() / rows : 0;
+        // scale's element offset for each element of X (0 strides where it broadcasts).
+        const Shape broadcast = broadcast_shapes(scale.shape(), x.shape());
+        if (broadcast != x.shape()) ctx.fail("scale " + shape_string(scale.shape()) + " does not broadcast to X");
+        const std::vector<int64_t> strides = broadcast_strides(scale.shape(), x.shape());
+        const bool per_row = scale.numel() == n && std::all_of(strides.begin(), strides.begin() + axis,
+                                                               [](int64_t stride) { return stride == 0; });
+        Tensor* dx = ctx.has_output(0) ? &ctx.allocate_output(0, x.dtype(), x.shape()) : nullptr;
+        Tensor* ds = ctx.has_output(1) ? &ctx.allocate_output(1, x.dtype(), x.shape()) : nullptr;
+        if (x.numel() == 0) return;
+        dispatch<GRAD_FLOAT_TYPES>(x.dtype(), "RMSNormalizationGrad", [&]<typename T>() {
+          using C = compute_type_t<T>;
+          const T* g = dy.data<T>();
+          const T* xv = x.data<T>();
+          const T* sc = scale.data<T>();
+          parallel_for(rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)), [&](int64_t begin, int64_t end) {
+            std::vector<C> dn(static_cast<size_t>(n));
+            for (int64_t r = begin; r < end; ++r) {
+              const T* gr = g + r * n;
+              const T* xr = xv + r * n;
+              C squares = 0, dn_x = 0;
+              for (int64_t j = 0; j < n; ++j) {
+                int64_t offset = j;  // scale over the normalized shape, the common case
+                if (!per_row) {
+                  int64_t rest = r * n + j;
+                  offset = 0;
+                  for (size_t a = x.rank(); a-- > 0;) {
+                    offset += rest % x.shape()[a] * strides[a];
+                    rest /= x.shape()[a];
+                  }
+                }
+                const C xj = C(xr[j]);
+                dn[static_cast<size_t>(j)] = C(gr[j]) * C(sc[offset]);
+                squares += xj * xj;
+                dn_x += dn[static_cast<size_t>(j)] * xj;
+              }
+              const C inv = C(1) / std::sqrt(squares / C(n) + C(epsilon));
+              const C correction = inv * inv * dn_x / C(n);
+              for (int64_t j = 0; j < n; ++j) {
+                const C xj = C(xr[j]);
+                if (dx) dx->data<T>()[r * n + j] = static_cast<T>(inv * (dn[static_cast<size_t>(j)] - xj * correction));
+                if (ds) ds->data<T>()[r * n + j] = static_cast<T>(C(gr[j]) * xj * inv);
+              }
+            }
+          });
         });
       });
     }};

@@ -1,5 +1,5 @@
 // Normalizations: BatchNormalization (inference and training mode), LayerNormalization,
-// InstanceNormalization, GroupNormalization and LpNormalization.
+// InstanceNormalization, GroupNormalization, LpNormalization and RMSNormalization.
 //
 // All run plain loops: statistics in two passes (the mean, then the mean squared
 // deviation, which stays accurate when the mean is large), then one affine pass
@@ -482,6 +482,113 @@ const KernelRegistration kLpNormalization{
         });
       });
     }};
+
+// ---- RMSNormalization ----
+
+// Y = Cast<T>(X / sqrt(mean(X^2 over [axis, rank)) + epsilon)) * scale, as the spec's
+// function body: the statistics and the division in the stash type, the product with
+// scale (unidirectionally broadcast to X) in Y's type. float64 X computes in double under
+// stash_type 1 too, as onnxruntime and onnx.reference do (float statistics would throw
+// away the precision a float64 model asks for).
+class RMSNormKernel final : public OpKernel {
+ public:
+  explicit RMSNormKernel(const KernelInfo& info)
+      : axis_(info.int_attribute("axis", -1)),
+        epsilon_(info.float_attribute("epsilon", 1e-5f)),
+        stash_(info.int_attribute("stash_type", 1)) {
+    if (stash_ != 1 && stash_ != 11) {
+      info.fail("stash_type is " + std::to_string(stash_) +
+                "; onnxtrain computes statistics in float (1) or double (11)");
+    }
+  }
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    const Tensor& scale = ctx.input(1);
+    check_float(ctx, x, "X");
+    check_float(ctx, scale, "scale");
+    const int64_t rank = static_cast<int64_t>(x.rank());
+    if (axis_ < -rank || axis_ >= rank) {
+      ctx.fail("axis " + std::to_string(axis_) + " is out of range for X " + shape_string(x.shape()) + " (expected -" +
+               std::to_string(rank) + " to " + std::to_string(rank - 1) + ")");
+    }
+    if (!broadcasts_to(scale.shape(), x.shape())) {
+      ctx.fail("scale " + shape_string(scale.shape()) + " does not broadcast to X " + shape_string(x.shape()) +
+               " (unidirectionally, as Mul)");
+    }
+    const size_t axis = static_cast<size_t>(axis_ < 0 ? axis_ + rank : axis_);
+    const int64_t rows = shape_size(std::span(x.shape()).first(axis));
+    const int64_t cols = shape_size(std::span(x.shape()).subspan(axis));
+    Tensor& y = ctx.allocate_output(0, scale.dtype(), x.shape());
+    if (x.numel() == 0) return;
+    // scale per row (the common case: it spans only normalized axes) or over all of X.
+    const bool per_row = scale_spans_normalized(scale.shape(), x.shape(), axis);
+    const std::vector<double> s =
+        per_row
+            ? expand_to<double>(scale, Shape(x.shape().begin() + static_cast<int64_t>(axis), x.shape().end()), "scale")
+            : expand_to<double>(scale, x.shape(), "scale");
+    const int64_t scale_row_step = per_row ? 0 : cols;
+    dispatch<float, double, Float16, BFloat16>(x.dtype(), "RMSNormalization", [&]<typename T>() {
+      dispatch<float, double, Float16, BFloat16>(y.dtype(), "RMSNormalization", [&]<typename V>() {
+        if (stash_ == 11 || std::is_same_v<T, double>) {
+          run<T, V, double>(x.data<T>(), y.data<V>(), rows, cols, s.data(), scale_row_step);
+        } else {
+          run<T, V, float>(x.data<T>(), y.data<V>(), rows, cols, s.data(), scale_row_step);
+        }
+      });
+    });
+  }
+
+ private:
+  static bool broadcasts_to(const Shape& scale, const Shape& x) {
+    if (scale.size() > x.size()) return false;
+    for (size_t i = 0; i < scale.size(); ++i) {
+      const int64_t d = scale[i], want = x[x.size() - scale.size() + i];
+      if (d != want && d != 1) return false;
+    }
+    return true;
+  }
+
+  // True when `scale` broadcast to `x` repeats along every axis before `axis`.
+  static bool scale_spans_normalized(const Shape& scale, const Shape& x, size_t axis) {
+    const size_t lead = x.size() - scale.size();  // scale's axes align with X's last ones
+    for (size_t i = 0; i < scale.size(); ++i) {
+      if (lead + i < axis && scale[i] != 1) return false;
+    }
+    return true;
+  }
+
+  template <typename T, typename V, typename A>
+  void run(const T* x, V* y, int64_t rows, int64_t cols, const double* scale, int64_t scale_row_step) const {
+    using CT = compute_type_t<T>;
+    using CV = compute_type_t<V>;
+    parallel_for(rows, std::max<int64_t>(1, 8192 / cols), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const T* xr = x + r * cols;
+        V* yr = y + r * cols;
+        const double* sr = scale + r * scale_row_step;
+        const A squares = onednn::lane_sum<A>(cols, [&](int64_t i) {
+          const A v = static_cast<A>(static_cast<CT>(xr[i]));
+          return v * v;
+        });
+        const A inv = A(1) / std::sqrt(squares / static_cast<A>(cols) + static_cast<A>(epsilon_));
+        for (int64_t j = 0; j < cols; ++j) {
+          // Normalized is cast back to X's type before the product, as in the spec.
+          const T n = static_cast<T>(static_cast<CT>(static_cast<A>(static_cast<CT>(xr[j])) * inv));
+          yr[j] = static_cast<V>(static_cast<CV>(static_cast<double>(static_cast<CT>(n)) * sr[j]));
+        }
+      }
+    });
+  }
+
+  int64_t axis_;
+  float epsilon_;
+  int64_t stash_;
+};
+
+const KernelRegistration kRMSNormalization{"", "RMSNormalization", 23, kLatestOpset, [](const KernelInfo& info) {
+                                             return std::make_unique<RMSNormKernel>(info);
+                                           }};
 
 }  // namespace
 }  // namespace onnxtrain

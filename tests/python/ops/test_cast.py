@@ -220,3 +220,22 @@ def test_castlike_bfloat16_target():
     x = np.array([1.0, 1 + 2**-9, 300.7, -2.5], np.float64)
     ours = onnxtrain.InferenceSession(model.SerializeToString()).run(None, {"x": x, "l": np.zeros(1, np.float32)})[0]
     np.testing.assert_array_equal(ours, x.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_cast_float_to_bfloat16_bits_match_reference_over_bit_patterns():
+    # 2^18 random float32 bit patterns (every exponent: subnormals, overflow to inf, NaN
+    # payloads) plus every tie pattern of the low 16 bits: the bfloat16 output's bits
+    # equal ml_dtypes' and onnx.reference's (round to nearest even); NaN stays NaN.
+    bits = np.random.default_rng(0).integers(0, 2**32, size=2**18, dtype=np.uint64).astype(np.uint32)
+    ties = (np.arange(2**15, dtype=np.uint32) << 16) | 0x8000
+    x = np.concatenate([bits, ties, ties | 0x80000000]).view(np.float32)
+    model = make_model("Cast", {"x": x}, {"to": TensorProto.BFLOAT16}, opset=21)
+    ours = onnxtrain.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    from onnx.reference import ReferenceEvaluator
+
+    theirs = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert ours.dtype == ml_dtypes.bfloat16
+    nan = np.isnan(x)
+    assert np.isnan(ours.astype(np.float32)[nan]).all()
+    np.testing.assert_array_equal(ours.view(np.uint16)[~nan], x[~nan].astype(ml_dtypes.bfloat16).view(np.uint16))
+    np.testing.assert_array_equal(ours.view(np.uint16)[~nan], np.asarray(theirs).view(np.uint16)[~nan])

@@ -236,3 +236,89 @@ def test_lpnormalization_float64():
 def test_lpnormalization_rejects_p3():
     with pytest.raises((ValueError, RuntimeError), match=r"p is 3, expected 1 or 2"):
         check_op("LpNormalization", {"x": randn(3, 4)}, {"p": 3}, opset=1, reference="onnx.reference")
+
+
+# ---- RMSNormalization (opset 23) ----
+# float32 and float64 against onnxruntime and onnx.reference (both compute float64 in
+# double, whatever stash_type says); float16 against onnxruntime; bfloat16 against the
+# spec's formula in float64, within the two roundings the spec's body makes.
+
+
+def rms_expected(x, scale, axis, epsilon=1e-5):
+    """The spec's function body in float64 (for the 16-bit types)."""
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    xf = x.astype(np.float64)
+    return xf / np.sqrt(np.mean(xf * xf, axis=axes, keepdims=True) + epsilon) * scale.astype(np.float64)
+
+
+@pytest.mark.parametrize("reference", ["onnxruntime", "onnx.reference"])
+@pytest.mark.parametrize("shape, axis", [((4, 6), -1), ((4, 6), 0), ((4, 6), 1), ((2, 3, 5), 1), ((2, 3, 5), -2),
+                                         ((2, 3, 4, 5), 0), ((2, 3, 4, 5), 2), ((2, 3, 4, 5), -1)])
+def test_rmsnorm(shape, axis, reference):
+    scale = randn(*shape[axis % len(shape):])
+    check_op("RMSNormalization", {"x": randn(*shape) * 3, "scale": scale}, {"axis": axis, "epsilon": 1e-3}, opset=23,
+             reference=reference, **F32)
+
+
+def test_rmsnorm_default_attributes_large_rows():
+    check_op("RMSNormalization", {"x": randn(8, 1000), "scale": randn(1000)}, opset=23, **F32)
+
+
+@pytest.mark.parametrize("scale_shape", [(1,), (1, 5), (5,), (3, 1), (3, 5), (2, 3, 5), (2, 1, 5)])
+def test_rmsnorm_scale_broadcasts_unidirectionally(scale_shape):
+    # Shapes of scale that span leading axes too: Mul broadcasts scale against all of X.
+    check_op("RMSNormalization", {"x": randn(2, 3, 5), "scale": randn(*scale_shape)}, {"axis": -1}, opset=23,
+             reference="onnx.reference", **F32)
+
+
+def test_rmsnorm_constant_scale():
+    check_op("RMSNormalization", {"x": randn(3, 7), "scale": randn(7)}, constants=["scale"], opset=23, **F32)
+
+
+def test_rmsnorm_float64_stash_double():
+    x, scale = randn(3, 4, 5, dtype=np.float64), randn(4, 5, dtype=np.float64)
+    # onnx.reference refuses stash_type 11 but computes in X's type (double) anyway.
+    from op_harness import make_model, run_reference
+
+    model = make_model("RMSNormalization", {"x": x, "scale": scale}, {"axis": 1}, opset=23)
+    expected = run_reference(model, {"x": x, "scale": scale}, "onnx.reference")
+    check_op("RMSNormalization", {"x": x, "scale": scale}, {"axis": 1, "stash_type": 11}, opset=23,
+             expected=expected, **F64)
+
+
+@pytest.mark.parametrize("reference", ["onnxruntime", "onnx.reference"])
+def test_rmsnorm_float64_default_stash(reference):
+    # Both references compute float64 in double under stash_type 1; so does onnxtrain.
+    x, scale = randn(3, 16, dtype=np.float64), randn(16, dtype=np.float64)
+    check_op("RMSNormalization", {"x": x, "scale": scale}, opset=23, reference=reference, **F64)
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float16, 1e-3), ("bfloat16", 8e-3)])
+def test_rmsnorm_16_bit_types(dtype, tol):
+    import ml_dtypes
+
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    x, scale = randn(4, 3, 8).astype(np_dtype), randn(8).astype(np_dtype)
+    # Two roundings (normalized, then the product), each within half an ulp of the type.
+    from op_harness import make_model, run_onnxtrain
+
+    (y,) = run_onnxtrain(make_model("RMSNormalization", {"x": x, "scale": scale}, opset=23), {"x": x, "scale": scale})
+    assert y.dtype == np_dtype
+    # numpy's tolerance arithmetic is unreliable in bfloat16: compare in float64.
+    np.testing.assert_allclose(y.astype(np.float64), rms_expected(x, scale, -1), rtol=2 * tol, atol=2 * tol)
+
+
+def test_rmsnorm_float16_against_onnxruntime():
+    x, scale = randn(4, 32).astype(np.float16), randn(32).astype(np.float16)
+    check_op("RMSNormalization", {"x": x, "scale": scale}, opset=23, **F16)
+
+
+def test_rmsnorm_rejects_bad_axis_scale_and_stash():
+    with pytest.raises((ValueError, RuntimeError), match=r"axis 2 is out of range for X \[2, 3\] \(expected -2 to 1\)"):
+        check_op("RMSNormalization", {"x": randn(2, 3), "scale": randn(3)}, {"axis": 2}, opset=23,
+                 reference="onnx.reference")
+    with pytest.raises((ValueError, RuntimeError), match=r"scale \[4\] does not broadcast to X \[2, 3\]"):
+        check_op("RMSNormalization", {"x": randn(2, 3), "scale": randn(4)}, opset=23, reference="onnx.reference")
+    with pytest.raises((ValueError, RuntimeError), match=r"stash_type is 10"):
+        check_op("RMSNormalization", {"x": randn(2, 3), "scale": randn(3)}, {"stash_type": 10}, opset=23,
+                 reference="onnx.reference")
