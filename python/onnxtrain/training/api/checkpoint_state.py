@@ -15,6 +15,7 @@ from typing import Any, Iterator, Union
 import numpy as np
 
 from onnxtrain import _C
+from onnxtrain._logging import logger
 from onnxtrain._session import _bfloat16_dtype
 
 PropertyValue = Union[int, float, str]
@@ -49,6 +50,7 @@ class Parameter:
 
     @property
     def name(self) -> str:
+        """The parameter's name (the initializer's, in the models)."""
         return self._name
 
     @property
@@ -69,6 +71,7 @@ class Parameter:
 
     @property
     def requires_grad(self) -> bool:
+        """True for a trained parameter, False for a frozen one."""
         return self._state.parameter_requires_grad(self._name)
 
     def __repr__(self) -> str:
@@ -167,7 +170,9 @@ class CheckpointState:
         ``verify`` (the default) each tensor's bytes are checked against the CRC-32C saved
         with it, so a flipped bit in the data is found too; ``verify=False`` skips that.
         """
-        return cls(_C.load_checkpoint(os.fspath(checkpoint_uri), bool(verify)))
+        state = cls(_C.load_checkpoint(os.fspath(checkpoint_uri), bool(verify)))
+        logger.info("loaded checkpoint %s: %d parameters", os.fspath(checkpoint_uri), len(state.parameters))
+        return state
 
     @classmethod
     def save_checkpoint(
@@ -180,6 +185,8 @@ class CheckpointState:
         if not isinstance(state, CheckpointState):
             raise TypeError(f"save_checkpoint takes a CheckpointState, not {type(state).__name__}")
         _C.save_checkpoint(state._state, os.fspath(checkpoint_uri), include_optimizer_state)
+        logger.info("saved checkpoint %s%s", os.fspath(checkpoint_uri),
+                    " with the optimizer state" if include_optimizer_state else "")
 
     @property
     def parameters(self) -> Parameters:
