@@ -23,6 +23,15 @@ def test_digits_job_reaches_95_percent_held_out(tmp_path, capsys):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["held_out_accuracy"] >= 0.95, summary
     assert (tmp_path / "loss_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # The numbers behind the picture: every step's loss and its smoothed line, each epoch's
+    # held-out accuracy (measured on the eval model; the last equals the exported model's).
+    assert len(summary["step_losses"]) == len(summary["step_losses_smoothed"]) == summary["steps"]
+    assert summary["steps"] == 15 * summary["steps_per_epoch"]
+    epochs = summary["epochs"]
+    assert [e["epoch"] for e in epochs] == list(range(1, 16))
+    assert epochs[-1]["held_out_accuracy"] == pytest.approx(summary["held_out_accuracy"])
+    assert epochs[0]["held_out_accuracy"] < epochs[-1]["held_out_accuracy"]
+    assert "held-out" in printed
     # The exported model is plain ONNX: onnxruntime gives the same held-out accuracy.
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
@@ -54,6 +63,18 @@ def test_user_artifacts_on_an_npz(tmp_path, capsys):
     assert "no array 'image'" in capsys.readouterr().err
     assert main(["--artifacts", str(tmp_path), "--data", str(tmp_path / "missing.npz")]) == 1
     assert "missing.npz does not exist" in capsys.readouterr().err
+
+
+def test_smoothed_is_a_bias_corrected_moving_average() -> None:
+    from onnxtrain.training.train_cli import smoothed
+
+    assert smoothed([2.0, 2.0, 2.0]) == pytest.approx([2.0, 2.0, 2.0])
+    values = [1.0, 0.0, 1.0, 0.0]
+    weight, average, expected = 0.5, 0.0, []
+    for step, value in enumerate(values, start=1):
+        average = weight * average + (1 - weight) * value
+        expected.append(average / (1 - weight**step))
+    assert smoothed(values, weight) == pytest.approx(expected)
 
 
 def test_console_script_dispatches_train(tmp_path):
