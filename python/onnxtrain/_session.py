@@ -50,6 +50,8 @@ class SessionOptions:
     does not implement are named as such, other names as unknown.
     """
 
+    intra_op_num_threads: int
+
     # name -> (default, check); the check returns the value to store or raises.
     _OPTIONS: dict[str, tuple[Any, Any]] = {
         "intra_op_num_threads": (0, lambda value: _non_negative_int("intra_op_num_threads", value)),

@@ -123,3 +123,43 @@ def test_every_cpp_snippet_compiles(page: Path, line: int, code: str, tmp_path) 
     result = subprocess.run([compiler, "-std=c++20", "-fsyntax-only", "-I", str(ROOT / "include"), str(source)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, f"{page.name}:{line} does not compile:\n{result.stderr[-3000:]}"
+
+
+def _mypy() -> list[str] | None:
+    """How to run mypy: this interpreter's, or the Python named by ONNXTRAIN_MYPY_PYTHON."""
+    import importlib.util
+    import os
+    import sys
+
+    if importlib.util.find_spec("mypy") is not None:
+        return [sys.executable, "-m", "mypy"]
+    other = os.environ.get("ONNXTRAIN_MYPY_PYTHON")
+    return [other, "-m", "mypy"] if other else None
+
+
+def test_the_python_snippets_type_check(tmp_path) -> None:
+    """The pages' examples are what users type: mypy (with --check-untyped-defs) finds nothing
+    wrong in them against the package's annotations and _C.pyi."""
+    import subprocess
+
+    import onnxtrain
+
+    mypy = _mypy()
+    if mypy is None:
+        pytest.skip("mypy is not installed (pip install mypy, or set ONNXTRAIN_MYPY_PYTHON)")
+    files = []
+    for page in PAGES_WITH_CODE:
+        path = tmp_path / f"{page.stem.lower()}_snippets.py"
+        path.write_text("\n".join(code for _, code, skip in python_blocks(page) if not skip))
+        files.append(str(path))
+    package_root = str(Path(onnxtrain.__file__).resolve().parents[1])
+    result = subprocess.run([*mypy, "--ignore-missing-imports", "--follow-imports=silent", "--check-untyped-defs",
+                             "--no-incremental", *files], capture_output=True, text=True, timeout=600,
+                            env={"MYPYPATH": package_root, "PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    # The package itself, as mypy sees it when the examples import it.
+    result = subprocess.run([*mypy, "--ignore-missing-imports", "--no-incremental", "-p", "onnxtrain"],
+                            capture_output=True, text=True, timeout=600, env={"MYPYPATH": package_root,
+                                                                              "PATH": "/usr/bin:/bin"},
+                            cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]

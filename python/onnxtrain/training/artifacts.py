@@ -184,6 +184,7 @@ def generate_artifacts(
         found = _generate(model, directory, options)
     else:
         with _accessor.base(model) as accessor:
+            assert isinstance(loss, _blocks.Block)  # _loss_options returned None: a block to build here
             _build_loss(accessor, loss, options)
             found = _generate(accessor, directory, options)
     for message in found:

@@ -180,8 +180,8 @@ def digits_cnn(seed: int) -> Any:
         "fc1.weight": uniform((64, 128), 128), "fc1.bias": uniform((64,), 128),
         "fc2.weight": uniform((10, 64), 64), "fc2.bias": uniform((10,), 64),
     }
-    conv = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
-    pool = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    conv: dict[str, Any] = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    pool: dict[str, Any] = {"kernel_shape": [2, 2], "strides": [2, 2]}
     nodes = [
         helper.make_node("Conv", ["image", "conv1.weight", "conv1.bias"], ["c1"], name="conv1", **conv),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
@@ -253,7 +253,7 @@ def digits_job(out: Path, epochs: int, batch_size: int, lr: float, seed: int, th
     session = InferenceSession(out / "inference.onnx", options)
     logits = session.run(None, {"image": x_test})[0]
     accuracy = _accuracy(logits, y_test)
-    per_epoch = [h.held_out_accuracy for h in history]
+    per_epoch = [h.held_out_accuracy for h in history if h.held_out_accuracy is not None]
     plot_losses(losses, out / "loss_curve.png", "digits CNN, onnxtrain", per_epoch, steps_per_epoch)
     summary = {
         "held_out_accuracy": accuracy,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numbers
 import os
-from typing import Any, Iterator, Union
+from typing import Any, Iterator, Union, cast
 
 import numpy as np
 
@@ -23,7 +23,7 @@ PropertyValue = Union[int, float, str]
 _BFLOAT16 = 16  # ONNX TensorProto.BFLOAT16
 
 
-def _from_core(array: np.ndarray, dtype_code: int) -> np.ndarray:
+def _from_core(array: Any, dtype_code: int) -> np.ndarray:
     """bfloat16 leaves the core as uint16 bits; show it as ml_dtypes.bfloat16 when installed."""
     bfloat16 = _bfloat16_dtype()
     return array.view(bfloat16) if dtype_code == _BFLOAT16 and bfloat16 is not None else array
@@ -119,7 +119,7 @@ class Properties:
     def __getitem__(self, name: str) -> PropertyValue:
         if name not in self:
             raise KeyError(f"the checkpoint has no property {name!r}")
-        return self._state.get_property(name)
+        return cast(PropertyValue, self._state.get_property(name))
 
     def __setitem__(self, name: str, value: PropertyValue) -> None:
         if not isinstance(name, str):
@@ -142,7 +142,7 @@ class Properties:
 
     def __iter__(self) -> Iterator[tuple[str, PropertyValue]]:
         for name in self._state.property_names():
-            yield name, self._state.get_property(name)
+            yield name, cast(PropertyValue, self._state.get_property(name))
 
     def __len__(self) -> int:
         return len(self._state.property_names())

@@ -137,7 +137,7 @@ class Module:
 
     def get_contiguous_parameters(self, trainable_only: bool = False) -> OrtValue:
         """All parameters (or the trainable ones), in model order, in one flat buffer (a copy)."""
-        return OrtValue(self._module.contiguous_parameters(trainable_only))
+        return OrtValue(np.asarray(self._module.contiguous_parameters(trainable_only)))
 
     def copy_buffer_to_parameters(self, buffer: Any, trainable_only: bool = True) -> None:
         """Writes a buffer laid out as ``get_contiguous_parameters(trainable_only)`` back."""

@@ -29,7 +29,9 @@ class Block(abc.ABC):
     def __init__(self, temp_file_name: str = "temp.onnx") -> None:
         # temp_file_name: onnxruntime-training's blocks saved large models there; onnxtrain
         # keeps its temporary files in a private folder, so the name is accepted and unused.
-        self.base: Optional[onnx.ModelProto] = None
+        # The model under construction while the block builds; None before its first call, as
+        # in onnxruntime (typed as the model: build() only runs with it set).
+        self.base: onnx.ModelProto = None  # type: ignore[assignment]
         self.temp_file_name = temp_file_name
 
     @abc.abstractmethod
@@ -346,7 +348,7 @@ class Linear(Block):
     def build(self, linear_input_name: str) -> str:
         self._inputs([linear_input_name])
         bound = 1.0 / np.sqrt(self._in_features)
-        shapes = {"weight": (self._in_features, self._out_features)}
+        shapes: dict[str, tuple[int, ...]] = {"weight": (self._in_features, self._out_features)}
         if self._bias:
             shapes["bias"] = (self._out_features,)
         inputs = [linear_input_name]

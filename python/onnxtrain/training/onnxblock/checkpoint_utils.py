@@ -11,6 +11,7 @@ import os
 from collections.abc import Sequence
 from typing import Union
 
+import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
@@ -77,7 +78,7 @@ def load_checkpoint_to_model(path_to_checkpoint: Union[str, "os.PathLike[str]"],
     for index, initializer in enumerate(model.graph.initializer):
         if not state.has_parameter(initializer.name):
             continue
-        tensor = numpy_helper.from_array(state.parameter_data(initializer.name), initializer.name)
+        tensor = numpy_helper.from_array(np.asarray(state.parameter_data(initializer.name)), initializer.name)
         if state.parameter_dtype(initializer.name) == _BFLOAT16:
             tensor.data_type = _BFLOAT16  # the bits came out as uint16
         if tensor.data_type != initializer.data_type or list(tensor.dims) != list(initializer.dims):
