@@ -34,7 +34,9 @@
 //            (AdamW: exp_avg, exp_avg_sq; SGD with momentum: momentum_buffer)
 //   outputs: per trainable parameter "<p>.out" and "<p>.<moment>.out"
 //   nodes:   one org.onnxtrain step per parameter (AdamWStep, SGDStep without momentum,
-//            SGDMomentumStep), which onnxtrain runs in place on the parameter and moments
+//            SGDMomentumStep), which onnxtrain runs in place on the parameter and moments;
+//            with max_grad_norm, standard ONNX nodes before them that scale every gradient
+//            by the clipping coefficient (the "<p>_grad" inputs themselves are not changed)
 //   metadata_props: "onnxtrain.optimizer" ("AdamW" | "SGD"),
 //                   "onnxtrain.moments" (comma-separated moment names, may be empty)
 #pragma once
@@ -76,17 +78,23 @@ enum class OptimizerKind { kAdamW, kSGD };
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kAdamW;
   double learning_rate = 1e-3;  // the initial one, stored in the checkpoint
-  // AdamW (torch.optim.AdamW semantics; weight decay decoupled).
+  // AdamW (torch.optim.AdamW semantics; weight decay decoupled). The defaults are
+  // onnxruntime-training 1.19.2's (eps 1e-6, no weight decay), not torch's (1e-8, 0.01).
   double beta1 = 0.9;
   double beta2 = 0.999;
-  double epsilon = 1e-8;
-  double weight_decay = 1e-2;  // AdamW's default; SGD uses sgd_weight_decay
+  double epsilon = 1e-6;
+  double weight_decay = 0.0;  // AdamW's; SGD uses sgd_weight_decay
   bool bias_correction = true;
   // SGD (torch.optim.SGD semantics).
   double momentum = 0.0;
   double dampening = 0.0;
   bool nesterov = false;
   double sgd_weight_decay = 0.0;
+  // Gradient clipping by global L2 norm before the update, as torch.nn.utils.clip_grad_norm_
+  // and onnxruntime-training's ClipGradNorm: every gradient is scaled by
+  // min(1, max_grad_norm / (norm + 1e-6)), where norm is the L2 norm of all gradients together.
+  // nullopt: no clipping. Must be > 0.
+  std::optional<double> max_grad_norm;
 };
 
 struct ArtifactOptions {

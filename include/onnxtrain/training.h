@@ -130,7 +130,9 @@ class Optimizer {
 // warmup), clamped at 0, where t is the optimizer's step count — so a resumed run continues
 // the schedule. Sets the optimizer's rate on construction and on every step() (call it
 // after Optimizer::step()). Past total_step_count the rate stays 0, as in onnxruntime-training.
-// Throws for a negative or non-finite initial_lr and for warmup outside [0, total].
+// With warmup > total the rate rises over the warm-up and is 0 from its end (as in
+// onnxruntime-training's C++ scheduler). Throws for a negative or non-finite initial_lr and
+// for a negative step count.
 class LinearLRScheduler {
  public:
   LinearLRScheduler(Optimizer& optimizer, int64_t warmup_step_count, int64_t total_step_count, double initial_lr);

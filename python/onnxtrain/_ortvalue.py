@@ -21,6 +21,7 @@ class OrtValue:
 
     @classmethod
     def ortvalue_from_numpy(cls, array: np.ndarray, device_type: str = "cpu", device_id: int = 0) -> OrtValue:
+        """Wraps ``array`` (C-contiguous, else copied once); only the CPU device exists."""
         if device_type != "cpu":
             raise RuntimeError(f"device '{device_type}:{device_id}' is not available: onnxtrain runs on the CPU")
         return cls(np.asarray(array))
@@ -31,18 +32,23 @@ class OrtValue:
         return cls(np.from_dlpack(tensor))
 
     def numpy(self) -> np.ndarray:
+        """The values as a numpy array that shares this tensor's memory."""
         return self._array
 
     def shape(self) -> list[int]:
+        """The dimensions."""
         return list(self._array.shape)
 
     def element_type(self) -> np.dtype:
+        """The numpy dtype of the elements."""
         return self._array.dtype
 
     def device_name(self) -> str:
+        """Where the memory lives: always \"cpu\"."""
         return "cpu"
 
     def is_tensor(self) -> bool:
+        """True: an OrtValue here is always a tensor."""
         return True
 
     def __dlpack__(self, **kwargs: Any) -> Any:

@@ -10,6 +10,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from onnxtrain import _C
+from onnxtrain._logging import logger
 
 # ONNX TensorProto.DataType codes -> the names onnxruntime reports ("tensor(float)").
 _TYPE_NAMES = {
@@ -28,11 +29,59 @@ class NodeArg:
     type: str
 
 
+# onnxruntime's SessionOptions attributes that onnxtrain does not implement: setting one is an
+# error that says so (rather than a silent no-op that changes nothing the user asked for).
+_ONNXRUNTIME_ONLY = frozenset({
+    "inter_op_num_threads", "execution_mode", "execution_order", "graph_optimization_level",
+    "optimized_model_filepath", "enable_cpu_mem_arena", "enable_mem_pattern", "enable_mem_reuse",
+    "enable_profiling", "profile_file_prefix", "log_severity_level", "log_verbosity_level", "logid",
+    "use_deterministic_compute",
+})
+
+
 class SessionOptions:
-    """Options for an InferenceSession. ``intra_op_num_threads`` = 0 uses every core."""
+    """Options for an InferenceSession or a training Module, shaped like onnxruntime's.
+
+    Attributes:
+        intra_op_num_threads: threads for the work inside one op; 0 (the default) uses every
+            core. A session never changes the process's OpenMP or torch thread settings.
+
+    Setting any other attribute raises AttributeError: onnxruntime's options that onnxtrain
+    does not implement are named as such, other names as unknown.
+    """
+
+    intra_op_num_threads: int
+
+    # name -> (default, check); the check returns the value to store or raises.
+    _OPTIONS: dict[str, tuple[Any, Any]] = {
+        "intra_op_num_threads": (0, lambda value: _non_negative_int("intra_op_num_threads", value)),
+    }
 
     def __init__(self) -> None:
-        self.intra_op_num_threads: int = 0
+        for name, (default, _) in self._OPTIONS.items():
+            object.__setattr__(self, name, default)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        option = self._OPTIONS.get(name)
+        if option is None:
+            known = ", ".join(sorted(self._OPTIONS))
+            if name in _ONNXRUNTIME_ONLY:
+                raise AttributeError(f"SessionOptions.{name} is an onnxruntime option that onnxtrain does not "
+                                     f"implement; onnxtrain's options: {known}")
+            raise AttributeError(f"SessionOptions has no option {name!r}; its options: {known}")
+        object.__setattr__(self, name, option[1](value))
+
+    def __repr__(self) -> str:
+        values = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._OPTIONS)
+        return f"SessionOptions({values})"
+
+
+def _non_negative_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"SessionOptions.{name} must be an int, got {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"SessionOptions.{name} must be >= 0 (0: every core), got {value}")
+    return int(value)
 
 
 _NUMERIC_KINDS = frozenset("biuf")  # bool, int, uint, float (float16 included)
@@ -72,39 +121,79 @@ def _as_input_array(name: str, value: Any, expected_dtype: int | None) -> tuple[
     return array, expected_dtype == _BFLOAT16 and array.dtype == np.uint16
 
 
+def _provider_names(providers: Sequence[Any] | None) -> list[str]:
+    """Provider names from onnxruntime's forms: "name" or ("name", {options})."""
+    names = []
+    for provider in providers or []:
+        names.append(provider[0] if isinstance(provider, tuple) and provider else provider)
+    return names
+
+
 class InferenceSession:
-    """Loads an ONNX model (a path or the serialized bytes) and runs it."""
+    """Loads an ONNX model (a path or the serialized bytes) and runs it, as
+    ``onnxruntime.InferenceSession`` does.
+
+    Args:
+        path_or_bytes: the model file, or the serialized model.
+        sess_options: a ``SessionOptions`` (threads).
+        providers: onnxruntime's execution providers; onnxtrain has the CPU one only
+            ("CPUExecutionProvider"), and any other is an error.
+        provider_options: options per provider; onnxtrain's CPU provider takes none.
+
+    Raises:
+        ValueError: a provider other than the CPU's, or provider options.
+        RuntimeError: the model cannot be read or uses something onnxtrain cannot run.
+        TypeError: an unknown keyword argument (onnxruntime's others are not implemented).
+    """
 
     def __init__(
         self,
         path_or_bytes: str | bytes | os.PathLike[str],
         sess_options: SessionOptions | None = None,
-        providers: Sequence[str] | None = None,
-        **_: Any,
+        providers: Sequence[Any] | None = None,
+        provider_options: Sequence[dict[str, Any]] | None = None,
     ) -> None:
-        if providers and any(p not in ("CPUExecutionProvider", "cpu") for p in providers):
-            raise ValueError(f"onnxtrain runs on the CPU only for now; got providers {list(providers)}")
+        names = _provider_names(providers)
+        if any(p not in ("CPUExecutionProvider", "cpu") for p in names):
+            raise ValueError(f"onnxtrain runs on the CPU only for now; got providers {names}")
+        if provider_options and any(provider_options):
+            raise ValueError(f"onnxtrain's CPU provider takes no options; got {list(provider_options)}")
+        if sess_options is not None and not isinstance(sess_options, SessionOptions):
+            raise TypeError(f"sess_options must be an onnxtrain.SessionOptions, got {type(sess_options).__name__}")
         threads = sess_options.intra_op_num_threads if sess_options else 0
         model = path_or_bytes if isinstance(path_or_bytes, bytes) else os.fspath(path_or_bytes)
         self._session = _C.InferenceSession(model, threads)
+        logger.info("loaded %s: %d inputs, %d outputs",
+                    f"a model of {len(model)} bytes" if isinstance(model, bytes) else model,
+                    len(self._session.inputs()), len(self._session.outputs()))
         self._inputs = _node_args(self._session.inputs())
         self._outputs = _node_args(self._session.outputs())
         self._input_dtypes = {e["name"]: e["dtype"] for e in self._session.inputs()}
         self._output_dtypes = {e["name"]: e["dtype"] for e in self._session.outputs()}
 
     def get_inputs(self) -> list[NodeArg]:
+        """The model's inputs (initializers excluded), in graph order."""
         return list(self._inputs)
 
     def get_outputs(self) -> list[NodeArg]:
+        """The model's outputs, in graph order."""
         return list(self._outputs)
 
     def get_providers(self) -> list[str]:
+        """The execution providers in use: always ``["CPUExecutionProvider"]``."""
         return ["CPUExecutionProvider"]
 
     def run(
         self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None
     ) -> list[np.ndarray]:
-        """Runs the model; ``output_names`` None means every output, in graph order."""
+        """Runs the model; ``output_names`` None means every output, in graph order.
+
+        ``input_feed`` maps input names to arrays (numpy, or anything ``numpy.asarray`` takes;
+        bfloat16 as ``ml_dtypes.bfloat16`` or its uint16 bits). ``run_options`` is accepted
+        for onnxruntime's signature and must be None.
+        """
+        if run_options is not None:
+            raise ValueError("onnxtrain has no RunOptions; pass run_options=None")
         names = list(output_names) if output_names else []  # empty: every output
         feeds: dict[str, np.ndarray] = {}
         bfloat16_inputs: list[str] = []

@@ -90,6 +90,11 @@ ArtifactOptions artifact_options(const nb::dict& o) {
   read(o, "dampening", optimizer.dampening);
   read(o, "nesterov", optimizer.nesterov);
   read(o, "sgd_weight_decay", optimizer.sgd_weight_decay);
+  if (o.contains("max_grad_norm") && !o["max_grad_norm"].is_none()) {
+    double max_grad_norm = 0;
+    read(o, "max_grad_norm", max_grad_norm);
+    optimizer.max_grad_norm = max_grad_norm;
+  }
   return options;
 }
 

@@ -190,9 +190,12 @@ LinearLRScheduler::LinearLRScheduler(Optimizer& optimizer, int64_t warmup_step_c
     throw Error("LinearLRScheduler: initial_lr must be finite and ≥ 0, got " + std::to_string(initial_lr),
                 ErrorKind::kInvalidArgument);
   }
-  if (warmup_ < 0 || total_ < warmup_) {
-    throw Error("LinearLRScheduler: need 0 ≤ warmup_step_count ≤ total_step_count, got " + std::to_string(warmup_) +
-                    " and " + std::to_string(total_),
+  // warmup > total is allowed, as onnxruntime-training allows it (the rate rises over the
+  // warm-up and is 0 from its end): code written for ORT 1.19.2's Python class, which swaps
+  // the two counts, passes them that way round. The Python layer warns about it.
+  if (warmup_ < 0 || total_ < 0) {
+    throw Error("LinearLRScheduler: warmup_step_count and total_step_count must be ≥ 0, got " +
+                    std::to_string(warmup_) + " and " + std::to_string(total_),
                 ErrorKind::kInvalidArgument);
   }
   optimizer_->set_learning_rate(learning_rate());

@@ -26,6 +26,8 @@ void check_options(const OptimizerOptions& o) {
     if (!ok) throw Error("optimizer: " + what, ErrorKind::kInvalidArgument);
   };
   require(std::isfinite(o.learning_rate) && o.learning_rate >= 0, "the learning rate must be >= 0");
+  require(!o.max_grad_norm || (std::isfinite(*o.max_grad_norm) && *o.max_grad_norm > 0),
+          "max_grad_norm (gradient clipping) must be finite and > 0");
   if (o.kind == OptimizerKind::kAdamW) {
     require(o.beta1 >= 0 && o.beta1 < 1, "AdamW's beta1 must be in [0, 1)");
     require(o.beta2 >= 0 && o.beta2 < 1, "AdamW's beta2 must be in [0, 1)");
@@ -52,6 +54,56 @@ ir::ValueInfo renamed(const ir::ValueInfo& like, std::string name) {
   v.name = std::move(name);
   v.doc_string.clear();
   return v;
+}
+
+// Appends standard-ONNX nodes that scale every gradient by
+// min(1, max_norm / (||all gradients||_2 + 1e-6)), the coefficient of
+// torch.nn.utils.clip_grad_norm_ and of onnxruntime-training's InplaceClipGradNorm; returns
+// the clipped gradient's name per parameter. The norm is summed in `norm_dtype` (float32, or
+// float64 when every parameter is), so float16 gradients do not overflow on the way.
+std::vector<std::string> clip_gradients(ir::Graph& graph, std::span<const ir::ValueInfo> parameters, double max_norm,
+                                        DType norm_dtype) {
+  auto node = [&](std::string op_type, std::vector<std::string> inputs, std::string output,
+                  std::vector<ir::Attribute> attributes = {}) {
+    ir::Node n;
+    n.name = "clip_grad_norm/" + output;
+    n.op_type = std::move(op_type);
+    n.inputs = std::move(inputs);
+    n.outputs = {output};
+    n.attributes = std::move(attributes);
+    graph.nodes.push_back(std::move(n));
+    return output;
+  };
+  auto constant = [&](std::string name, double value) {
+    Tensor t = norm_dtype == DType::kFloat64 ? Tensor::scalar<double>(value)
+                                             : Tensor::scalar<float>(static_cast<float>(value));
+    return node("Constant", {}, std::move(name), {ir::attr("value", std::move(t))});
+  };
+  auto cast = [&](const std::string& value, DType to, std::string output) {
+    return node("Cast", {value}, std::move(output), {ir::attr("to", static_cast<int64_t>(to))});
+  };
+  std::vector<std::string> square_sums;
+  for (const ir::ValueInfo& p : parameters) {
+    std::string grad = training::gradient_input(p.name);
+    if (p.dtype != norm_dtype) grad = cast(grad, norm_dtype, grad + ".clip_cast");
+    square_sums.push_back(node("ReduceSumSquare", {grad}, training::gradient_input(p.name) + ".square_sum",
+                               {ir::attr("keepdims", int64_t{0})}));
+  }
+  const std::string sum = square_sums.size() == 1 ? square_sums[0] : node("Sum", square_sums, "clip_grad_norm.sum");
+  const std::string norm = node("Sqrt", {sum}, "clip_grad_norm.norm");
+  const std::string denominator =
+      node("Add", {norm, constant("clip_grad_norm.epsilon", 1e-6)}, "clip_grad_norm.denominator");
+  const std::string ratio =
+      node("Div", {constant("clip_grad_norm.max_norm", max_norm), denominator}, "clip_grad_norm.ratio");
+  const std::string coefficient =
+      node("Min", {ratio, constant("clip_grad_norm.one", 1.0)}, "clip_grad_norm.coefficient");
+  std::vector<std::string> clipped;
+  for (const ir::ValueInfo& p : parameters) {
+    const std::string grad = training::gradient_input(p.name);
+    const std::string scale = p.dtype == norm_dtype ? coefficient : cast(coefficient, p.dtype, grad + ".clip_scale");
+    clipped.push_back(node("Mul", {grad, scale}, grad + ".clipped"));
+  }
+  return clipped;
 }
 
 }  // namespace
@@ -101,6 +153,14 @@ ir::Model build_optimizer_model(std::span<const ir::ValueInfo> parameters, const
                       " values; only floating-point parameters can be trained",
                   ErrorKind::kInvalidArgument);
     }
+  }
+  std::vector<std::string> gradients;
+  if (options.max_grad_norm) {
+    gradients =
+        clip_gradients(graph, parameters, *options.max_grad_norm, all_double ? DType::kFloat64 : DType::kFloat32);
+  }
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const ir::ValueInfo& p = parameters[i];
     ir::Node node;
     node.name = p.name + "/" + op_type;
     node.op_type = op_type;
@@ -108,8 +168,11 @@ ir::Model build_optimizer_model(std::span<const ir::ValueInfo> parameters, const
     node.attributes = attributes;
     const std::string lr(training::kLearningRate);
     const std::string grad = training::gradient_input(p.name);
-    if (op_type == "SGDStep") node.inputs = {lr, p.name, grad};
-    else node.inputs = {lr, std::string(training::kStep), p.name, grad};
+    const std::string& update_from = gradients.empty() ? grad : gradients[i];
+    if (op_type == "SGDStep")
+      node.inputs = {lr, p.name, update_from};
+    else
+      node.inputs = {lr, std::string(training::kStep), p.name, update_from};
     node.outputs = {training::updated_output(p.name)};
     graph.inputs.push_back(renamed(p, p.name));
     graph.inputs.push_back(renamed(p, grad));
@@ -125,14 +188,18 @@ ir::Model build_optimizer_model(std::span<const ir::ValueInfo> parameters, const
   }
   // Names must be unique: a parameter called "step" or "w_grad" next to "w" would clash.
   std::unordered_set<std::string> names;
-  for (const auto* list : {&graph.inputs, &graph.outputs}) {
-    for (const ir::ValueInfo& v : *list) {
-      if (!names.insert(v.name).second) {
-        throw Error("optimizer model: the name '" + v.name +
-                        "' would be used twice (a parameter's name clashes with an input the optimizer adds)",
-                    ErrorKind::kInvalidArgument);
-      }
+  auto claim = [&](const std::string& name) {
+    if (!names.insert(name).second) {
+      throw Error("optimizer model: the name '" + name +
+                      "' would be used twice (a parameter's name clashes with a value the optimizer adds)",
+                  ErrorKind::kInvalidArgument);
     }
+  };
+  for (const auto* list : {&graph.inputs, &graph.outputs}) {
+    for (const ir::ValueInfo& v : *list) claim(v.name);
+  }
+  for (const ir::Node& node : graph.nodes) {
+    if (node.domain.empty()) claim(node.outputs[0]);  // the clipping's intermediate values
   }
   use_training_function(model, op_type);
   std::string moment_list;

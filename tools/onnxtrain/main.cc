@@ -1,5 +1,7 @@
 // The onnxtrain command line: `onnxtrain inspect model.onnx`,
-// `onnxtrain gen-artifacts model.onnx --out artifacts --loss cross-entropy`.
+// `onnxtrain gen-artifacts model.onnx --out artifacts --loss cross-entropy`. The Python
+// package's console script (python/onnxtrain/_cli.py) is the front door: it adds `train` and
+// `--version` and runs this binary for the other commands.
 #include <onnxtrain/artifacts.h>
 #include <onnxtrain/error.h>
 #include <onnxtrain/inference_session.h>
@@ -112,8 +114,10 @@ constexpr const char* kGenArtifactsUsage =
     "  --additional-output a,b    model values kept as outputs after the loss\n"
     "  --optimizer KIND           adamw (default), sgd, none\n"
     "  --lr X                     initial learning rate stored in the checkpoint (default 1e-3)\n"
-    "  --weight-decay X           AdamW: decoupled (default 0.01); SGD: added to the gradient (default 0)\n"
-    "  --beta1 X --beta2 X --eps X, --no-bias-correction   AdamW options\n"
+    "  --weight-decay X           AdamW: decoupled; SGD: added to the gradient (default 0 for both)\n"
+    "  --beta1 X --beta2 X --eps X, --no-bias-correction   AdamW options (defaults 0.9, 0.999, 1e-6:\n"
+    "                             onnxruntime-training's)\n"
+    "  --clip-grad-norm X         scale the gradients to a global L2 norm of at most X before the update\n"
     "  --momentum X --dampening X --nesterov               SGD options\n"
     "  --prefix P                 prepended to every file name\n"
     "  --nominal-checkpoint       also write nominal_checkpoint (shapes and types, no data)\n";
@@ -240,6 +244,8 @@ int gen_artifacts(const std::vector<std::string>& args) {
     } else if (option == "--no-bias-correction") {
       flag();
       optimizer.bias_correction = false;
+    } else if (option == "--clip-grad-norm") {
+      optimizer.max_grad_norm = parse_number(option, value());
     } else if (option == "--momentum") {
       optimizer.momentum = parse_number(option, value());
     } else if (option == "--dampening") {
@@ -278,38 +284,73 @@ int gen_artifacts(const std::vector<std::string>& args) {
   return 0;
 }
 
-void usage() {
-  std::fprintf(stderr,
-               "usage: onnxtrain <command> [args]\n"
-               "commands:\n"
-               "  inspect MODEL.onnx         opsets, inputs, outputs, parameters, op histogram, ops without a kernel\n"
-               "  gen-artifacts MODEL.onnx   training artifacts (training, eval and optimizer models, checkpoint);\n"
-               "                             see onnxtrain gen-artifacts --help\n");
+constexpr const char* kUsage =
+    "usage: onnxtrain [--help] [--version] COMMAND [ARGS]\n"
+    "commands:\n"
+    "  inspect MODEL.onnx         opsets, inputs, outputs, parameters, op histogram, ops without a kernel\n"
+    "  gen-artifacts MODEL.onnx   training artifacts (training, eval and optimizer models, checkpoint)\n"
+    "  train                      train artifacts on an .npz data set, or the built-in digits demo\n"
+    "                             (Python: the `onnxtrain` console script of the Python package)\n"
+    "`onnxtrain COMMAND --help` describes a command.\n";
+
+constexpr const char* kInspectUsage =
+    "usage: onnxtrain inspect MODEL.onnx\n"
+    "Prints the model's opsets, its inputs and outputs with their types and shapes, the parameter\n"
+    "count and size, the op histogram and the ops onnxtrain has no kernel for.\n";
+
+int inspect_command(const std::vector<std::string>& args) {
+  std::string model;
+  for (const std::string& arg : args) {
+    if (arg == "--help" || arg == "-h") {
+      std::printf("%s", kInspectUsage);
+      return 0;
+    }
+    if (arg.starts_with("-")) throw UsageError("unknown option " + arg);
+    if (!model.empty()) throw UsageError("more than one model given ('" + model + "', '" + arg + "')");
+    model = arg;
+  }
+  if (model.empty()) throw UsageError("no model given");
+  return inspect(model);
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    usage();
+    std::fprintf(stderr, "%s", kUsage);
     return 2;
   }
   const std::string command = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
+  const char* command_usage = command == "inspect" ? kInspectUsage : kGenArtifactsUsage;
   try {
-    if (command == "inspect" && argc == 3) return inspect(argv[2]);
-    if (command == "gen-artifacts") return gen_artifacts(std::vector<std::string>(argv + 2, argv + argc));
-    if (command == "--help" || command == "-h") {
-      std::printf(
-          "usage: onnxtrain <command> [args]\n"
-          "commands:\n"
-          "  inspect MODEL.onnx         opsets, inputs, outputs, parameters, op histogram, ops without a kernel\n"
-          "  gen-artifacts MODEL.onnx   training artifacts; see onnxtrain gen-artifacts --help\n");
+    if (command == "inspect") return inspect_command(args);
+    if (command == "gen-artifacts") return gen_artifacts(args);
+    if (command == "--help" || command == "-h" || command == "help") {
+      std::printf("%s", kUsage);
       return 0;
     }
-    usage();
+    if (command == "--version") {
+#ifdef ONNXTRAIN_VERSION
+      std::printf("onnxtrain %s\n", ONNXTRAIN_VERSION);
+      return 0;
+#else
+      // The build defines ONNXTRAIN_VERSION from project(VERSION); a build that does not
+      // says so rather than print a number that may be stale.
+      std::fprintf(stderr, "onnxtrain: this build does not know its version (ONNXTRAIN_VERSION is not defined)\n");
+      return 1;
+#endif
+    }
+    if (command == "train") {
+      std::fprintf(stderr,
+                   "onnxtrain train: this command is part of the Python package; install it (pip install onnxtrain)\n"
+                   "and run the `onnxtrain` console script, or `python -m onnxtrain train`\n");
+      return 2;
+    }
+    std::fprintf(stderr, "onnxtrain: unknown command '%s'\n\n%s", command.c_str(), kUsage);
     return 2;
   } catch (const UsageError& e) {
-    std::fprintf(stderr, "onnxtrain %s: error: %s\n\n%s", command.c_str(), e.what(), kGenArtifactsUsage);
+    std::fprintf(stderr, "onnxtrain %s: error: %s\n\n%s", command.c_str(), e.what(), command_usage);
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "onnxtrain %s: error: %s\n", command.c_str(), e.what());

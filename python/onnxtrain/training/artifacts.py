@@ -20,6 +20,7 @@ from typing import Any, Optional, Union
 import onnx
 
 from onnxtrain import _C
+from onnxtrain._logging import logger
 from onnxtrain.training.onnxblock import _graph_utils
 from onnxtrain.training.onnxblock import blocks as _blocks
 from onnxtrain.training.onnxblock import loss as _loss
@@ -102,6 +103,7 @@ def generate_artifacts(
     additional_output_names: Optional[Sequence[str]] = None,
     nominal_checkpoint: bool = False,
     loss_input_names: Optional[Sequence[str]] = None,
+    clip_grad: Optional[Union[float, "_optim.ClipGradNorm"]] = None,
 ) -> None:
     """Writes the training artifacts of ``model`` into ``artifact_directory``.
 
@@ -132,6 +134,11 @@ def generate_artifacts(
             data).
         loss_input_names: the model output(s) that feed the loss (default: the first; for a
             custom block, all).
+        clip_grad: onnxtrain's extra (default: no clipping). An
+            ``onnxblock.optim.ClipGradNorm`` (or its ``max_norm``): the optimizer model scales
+            the gradients to a global L2 norm of at most ``max_norm`` before each update, as
+            ``torch.nn.utils.clip_grad_norm_``. The same as ``optimizer=AdamW(clip_grad=...)``;
+            give it in one place only.
 
     Raises:
         ValueError: an unknown or doubly listed name, a non-float trainable parameter, a
@@ -161,6 +168,12 @@ def generate_artifacts(
         nominal_checkpoint=bool(nominal_checkpoint),
     )
     options.update(_optimizer_options(optimizer))
+    if clip_grad is not None:
+        if optimizer is None:
+            raise ValueError("generate_artifacts: clip_grad needs an optimizer (clipping happens in the optimizer model)")
+        if options.get("max_grad_norm") is not None:
+            raise ValueError("generate_artifacts: clip_grad is given twice, here and in the optimizer block; keep one")
+        options.update(_optim._clip_options(clip_grad))
     directory = os.fspath(artifact_directory) if artifact_directory is not None else os.getcwd()
     if not isinstance(model, (onnx.ModelProto, str, os.PathLike)):
         raise TypeError(f"model must be an onnx.ModelProto or a path, got {type(model).__name__}")
@@ -171,10 +184,20 @@ def generate_artifacts(
         found = _generate(model, directory, options)
     else:
         with _accessor.base(model) as accessor:
+            assert isinstance(loss, _blocks.Block)  # _loss_options returned None: a block to build here
             _build_loss(accessor, loss, options)
             found = _generate(accessor, directory, options)
     for message in found:
         warnings.warn(message, stacklevel=2)
+    written = [f"{prefix}{name}" for name in ("training_model.onnx", "eval_model.onnx")]
+    if options["optimizer"] is not None:
+        written.append(f"{prefix}optimizer_model.onnx")
+    written.append(f"{prefix}checkpoint")
+    if nominal_checkpoint:
+        written.append(f"{prefix}nominal_checkpoint")
+    logger.info("generated artifacts in %s: %s (loss %s, optimizer %s)", directory, ", ".join(written),
+                type(loss).__name__ if isinstance(loss, _blocks.Block) else getattr(loss, "name", None),
+                options["optimizer"])
 
 
 def _build_loss(accessor: _accessor.ModelAccessor, loss: _blocks.Block, options: dict) -> None:

@@ -19,7 +19,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -45,10 +45,14 @@ class DataSet:
 
 @dataclass
 class EpochStats:
+    """One epoch's summary: mean training loss, running training accuracy (when the model
+    outputs logits), held-out accuracy (when there is a held-out set) and throughput."""
+
     epoch: int
     loss: float
     accuracy: float | None
     samples_per_second: float
+    held_out_accuracy: float | None = None
 
 
 def _progress(total: int, description: str) -> Any:
@@ -67,9 +71,11 @@ def _accuracy(logits: np.ndarray, labels: np.ndarray) -> float:
 
 def train(module: Module, optimizer: Optimizer, data: DataSet, epochs: int, batch_size: int, seed: int,
           logits_index: int | None = None, labels_index: int | None = None,
-          scheduler: LinearLRScheduler | None = None) -> tuple[list[float], list[EpochStats]]:
+          scheduler: LinearLRScheduler | None = None,
+          evaluate: Callable[[], float] | None = None) -> tuple[list[float], list[EpochStats]]:
     """Trains for ``epochs``; returns every step's loss and each epoch's summary. When the
-    training model outputs logits (``logits_index``), the running accuracy is reported."""
+    training model outputs logits (``logits_index``), the running accuracy is reported;
+    ``evaluate`` (called after each epoch) gives the held-out accuracy."""
     rng = np.random.default_rng(seed)
     losses: list[float] = []
     history: list[EpochStats] = []
@@ -97,27 +103,55 @@ def train(module: Module, optimizer: Optimizer, data: DataSet, epochs: int, batc
             bar.close()
         elapsed = time.perf_counter() - started
         stats = EpochStats(epoch, sum(epoch_losses) / seen, correct / seen if logits_index is not None else None,
-                           seen / elapsed)
+                           seen / elapsed, evaluate() if evaluate is not None else None)
         history.append(stats)
         accuracy = f"  accuracy {stats.accuracy:6.2%}" if stats.accuracy is not None else ""
+        if stats.held_out_accuracy is not None:
+            accuracy += f"  held-out {stats.held_out_accuracy:6.2%}"
         print(f"epoch {epoch:3d}/{epochs}  loss {stats.loss:.4f}{accuracy}  {stats.samples_per_second:,.0f} samples/s",
               flush=True)
     return losses, history
 
 
-def plot_losses(losses: Sequence[float], path: Path, title: str) -> None:
+def smoothed(values: Sequence[float], weight: float = 0.95) -> list[float]:
+    """An exponential moving average of ``values``, bias-corrected so that the first points
+    are not pulled towards 0 (TensorBoard's smoothing)."""
+    average, result = 0.0, []
+    for step, value in enumerate(values, start=1):
+        average = weight * average + (1 - weight) * value
+        result.append(average / (1 - weight**step))
+    return result
+
+
+def plot_losses(losses: Sequence[float], path: Path, title: str,
+                held_out_accuracy: Sequence[float] | None = None, steps_per_epoch: int | None = None) -> None:
+    """The loss curve: every step's loss, lightly, with a smoothed line over it; with
+    ``held_out_accuracy`` (one per epoch), the accuracy on a second axis at each epoch's end."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(7, 4))
-    axes.plot(np.arange(1, len(losses) + 1), losses, linewidth=0.8)
+    steps = np.arange(1, len(losses) + 1)
+    axes.plot(steps, losses, color="tab:blue", linewidth=0.6, alpha=0.3, label="loss per step")
+    axes.plot(steps, smoothed(losses), color="tab:blue", linewidth=1.8, label="loss, smoothed")
     axes.set_xlabel("step")
     axes.set_ylabel("training loss")
     axes.set_yscale("log")
     axes.set_title(title)
     axes.grid(True, alpha=0.3)
+    handles, labels = axes.get_legend_handles_labels()
+    if held_out_accuracy:
+        per_epoch = steps_per_epoch or max(1, len(losses) // len(held_out_accuracy))
+        second = axes.twinx()
+        second.plot(per_epoch * np.arange(1, len(held_out_accuracy) + 1), np.asarray(held_out_accuracy) * 100,
+                    color="tab:orange", marker="o", markersize=3, linewidth=1.2, label="held-out accuracy")
+        second.set_ylabel("held-out accuracy (%)")
+        second.set_ylim(0, 100)
+        more_handles, more_labels = second.get_legend_handles_labels()
+        handles, labels = handles + more_handles, labels + more_labels
+    axes.legend(handles, labels, loc="center right", fontsize="small")
     figure.tight_layout()
     temporary = path.with_name(path.name + ".tmp.png")
     figure.savefig(temporary, dpi=120)
@@ -146,8 +180,8 @@ def digits_cnn(seed: int) -> Any:
         "fc1.weight": uniform((64, 128), 128), "fc1.bias": uniform((64,), 128),
         "fc2.weight": uniform((10, 64), 64), "fc2.bias": uniform((10,), 64),
     }
-    conv = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
-    pool = {"kernel_shape": [2, 2], "strides": [2, 2]}
+    conv: dict[str, Any] = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    pool: dict[str, Any] = {"kernel_shape": [2, 2], "strides": [2, 2]}
     nodes = [
         helper.make_node("Conv", ["image", "conv1.weight", "conv1.bias"], ["c1"], name="conv1", **conv),
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
@@ -201,23 +235,36 @@ def digits_job(out: Path, epochs: int, batch_size: int, lr: float, seed: int, th
     module = Module(out / "training_model.onnx", state, out / "eval_model.onnx", session_options=options)
     optimizer = Optimizer(out / "optimizer_model.onnx", module)
     data = DataSet([x_train, y_train])
-    total_steps = epochs * ((len(data) + batch_size - 1) // batch_size)
+    steps_per_epoch = (len(data) + batch_size - 1) // batch_size
+    total_steps = epochs * steps_per_epoch
     scheduler = LinearLRScheduler(optimizer, warmup_step_count=total_steps // 20, total_step_count=total_steps,
                                   initial_lr=lr)
+
+    def held_out() -> float:
+        module.eval()
+        _, test_logits = module(x_test, y_test)
+        return _accuracy(test_logits, y_test)
+
     losses, history = train(module, optimizer, data, epochs, batch_size, seed, logits_index=1, labels_index=1,
-                            scheduler=scheduler)
+                            scheduler=scheduler, evaluate=held_out)
 
     CheckpointState.save_checkpoint(state, out / "checkpoint", include_optimizer_state=True)
     module.export_model_for_inferencing(out / "inference.onnx", ["logits"])
     session = InferenceSession(out / "inference.onnx", options)
     logits = session.run(None, {"image": x_test})[0]
     accuracy = _accuracy(logits, y_test)
-    plot_losses(losses, out / "loss_curve.png", "digits CNN, onnxtrain")
+    per_epoch = [h.held_out_accuracy for h in history if h.held_out_accuracy is not None]
+    plot_losses(losses, out / "loss_curve.png", "digits CNN, onnxtrain", per_epoch, steps_per_epoch)
     summary = {
         "held_out_accuracy": accuracy,
         "final_epoch_loss": history[-1].loss,
         "steps": len(losses),
+        "steps_per_epoch": steps_per_epoch,
         "samples_per_second": float(np.median([h.samples_per_second for h in history])),
+        "epochs": [{"epoch": h.epoch, "training_loss": h.loss, "training_accuracy": h.accuracy,
+                    "held_out_accuracy": h.held_out_accuracy} for h in history],
+        "step_losses": losses,
+        "step_losses_smoothed": smoothed(losses),
         "checkpoint": str(out / "checkpoint"),
         "inference_model": str(out / "inference.onnx"),
         "loss_curve": str(out / "loss_curve.png"),

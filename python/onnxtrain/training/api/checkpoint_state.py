@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import numbers
 import os
-from typing import Any, Iterator, Union
+from typing import Any, Iterator, Union, cast
 
 import numpy as np
 
 from onnxtrain import _C
+from onnxtrain._logging import logger
 from onnxtrain._session import _bfloat16_dtype
 
 PropertyValue = Union[int, float, str]
@@ -22,7 +23,7 @@ PropertyValue = Union[int, float, str]
 _BFLOAT16 = 16  # ONNX TensorProto.BFLOAT16
 
 
-def _from_core(array: np.ndarray, dtype_code: int) -> np.ndarray:
+def _from_core(array: Any, dtype_code: int) -> np.ndarray:
     """bfloat16 leaves the core as uint16 bits; show it as ml_dtypes.bfloat16 when installed."""
     bfloat16 = _bfloat16_dtype()
     return array.view(bfloat16) if dtype_code == _BFLOAT16 and bfloat16 is not None else array
@@ -49,6 +50,7 @@ class Parameter:
 
     @property
     def name(self) -> str:
+        """The parameter's name (the initializer's, in the models)."""
         return self._name
 
     @property
@@ -69,6 +71,7 @@ class Parameter:
 
     @property
     def requires_grad(self) -> bool:
+        """True for a trained parameter, False for a frozen one."""
         return self._state.parameter_requires_grad(self._name)
 
     def __repr__(self) -> str:
@@ -116,7 +119,7 @@ class Properties:
     def __getitem__(self, name: str) -> PropertyValue:
         if name not in self:
             raise KeyError(f"the checkpoint has no property {name!r}")
-        return self._state.get_property(name)
+        return cast(PropertyValue, self._state.get_property(name))
 
     def __setitem__(self, name: str, value: PropertyValue) -> None:
         if not isinstance(name, str):
@@ -139,7 +142,7 @@ class Properties:
 
     def __iter__(self) -> Iterator[tuple[str, PropertyValue]]:
         for name in self._state.property_names():
-            yield name, self._state.get_property(name)
+            yield name, cast(PropertyValue, self._state.get_property(name))
 
     def __len__(self) -> int:
         return len(self._state.property_names())
@@ -167,7 +170,9 @@ class CheckpointState:
         ``verify`` (the default) each tensor's bytes are checked against the CRC-32C saved
         with it, so a flipped bit in the data is found too; ``verify=False`` skips that.
         """
-        return cls(_C.load_checkpoint(os.fspath(checkpoint_uri), bool(verify)))
+        state = cls(_C.load_checkpoint(os.fspath(checkpoint_uri), bool(verify)))
+        logger.info("loaded checkpoint %s: %d parameters", os.fspath(checkpoint_uri), len(state.parameters))
+        return state
 
     @classmethod
     def save_checkpoint(
@@ -180,6 +185,8 @@ class CheckpointState:
         if not isinstance(state, CheckpointState):
             raise TypeError(f"save_checkpoint takes a CheckpointState, not {type(state).__name__}")
         _C.save_checkpoint(state._state, os.fspath(checkpoint_uri), include_optimizer_state)
+        logger.info("saved checkpoint %s%s", os.fspath(checkpoint_uri),
+                    " with the optimizer state" if include_optimizer_state else "")
 
     @property
     def parameters(self) -> Parameters:

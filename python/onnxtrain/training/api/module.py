@@ -8,6 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from onnxtrain import _C
+from onnxtrain._logging import logger
 from onnxtrain._ortvalue import OrtValue
 from onnxtrain._session import SessionOptions
 from onnxtrain.training.api.checkpoint_state import CheckpointState
@@ -85,11 +86,15 @@ class Module:
         if not isinstance(state, CheckpointState):
             raise TypeError(f"Module takes a CheckpointState, not {type(state).__name__}")
         _check_device(device)
+        if session_options is not None and not isinstance(session_options, SessionOptions):
+            raise TypeError(f"session_options must be an onnxtrain.SessionOptions, got {type(session_options).__name__}")
         threads = session_options.intra_op_num_threads if session_options else 0
         eval_path = os.fspath(eval_model_uri) if eval_model_uri is not None else ""
         self._state = state
         self._module = _C.Module(os.fspath(train_model_uri), state._state, eval_path, threads)
         self.training = True
+        logger.info("loaded training model %s%s: inputs %s", os.fspath(train_model_uri),
+                    f" and eval model {eval_path}" if eval_path else "", self._module.input_names(True))
 
     def train(self, mode: bool = True) -> Module:
         """Training mode (forward, loss and gradients) or, with ``mode=False``, eval mode."""
@@ -119,6 +124,7 @@ class Module:
         return self._module.input_names(self.training)
 
     def output_names(self) -> list[str]:
+        """The outputs of the current mode's model, in the order ``__call__`` returns them."""
         return self._module.output_names(self.training)
 
     def lazy_reset_grad(self) -> None:
@@ -126,11 +132,12 @@ class Module:
         self._module.lazy_reset_grad()
 
     def get_parameters_size(self, trainable_only: bool = True) -> int:
+        """The number of parameter elements (of the trainable parameters, or of all)."""
         return self._module.parameters_size(trainable_only)
 
     def get_contiguous_parameters(self, trainable_only: bool = False) -> OrtValue:
         """All parameters (or the trainable ones), in model order, in one flat buffer (a copy)."""
-        return OrtValue(self._module.contiguous_parameters(trainable_only))
+        return OrtValue(np.asarray(self._module.contiguous_parameters(trainable_only)))
 
     def copy_buffer_to_parameters(self, buffer: Any, trainable_only: bool = True) -> None:
         """Writes a buffer laid out as ``get_contiguous_parameters(trainable_only)`` back."""
@@ -143,3 +150,5 @@ class Module:
         if isinstance(graph_output_names, str):
             graph_output_names = [graph_output_names]
         self._module.export_model_for_inferencing(os.fspath(inference_model_uri), list(graph_output_names))
+        logger.info("exported inference model %s with outputs %s", os.fspath(inference_model_uri),
+                    list(graph_output_names))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from onnxtrain import _C
+from onnxtrain._logging import logger
 from onnxtrain.training.api.module import Module
 
 
@@ -19,12 +20,17 @@ class Optimizer:
             raise TypeError(f"Optimizer takes a Module, not {type(module).__name__}")
         self._module = module
         self._optimizer = _C.Optimizer(os.fspath(optimizer_uri), module._module)
+        logger.info("loaded optimizer model %s (learning rate %g, step %d)", os.fspath(optimizer_uri),
+                    self._optimizer.learning_rate(), self._optimizer.step_count())
 
     def step(self) -> None:
+        """Applies the gradients of the last training call(s) to the parameters, in place."""
         self._optimizer.step()
 
     def set_learning_rate(self, learning_rate: float) -> None:
+        """Sets the learning rate of the next steps (kept in the checkpoint's optimizer state)."""
         self._optimizer.set_learning_rate(float(learning_rate))
 
     def get_learning_rate(self) -> float:
+        """The learning rate of the next step."""
         return self._optimizer.learning_rate()

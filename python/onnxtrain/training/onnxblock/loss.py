@@ -15,7 +15,7 @@ Python with standard ONNX ops. Either way the gradients come from onnxtrain's C+
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 import numpy as np
 import onnx
@@ -56,7 +56,7 @@ class _Loss(Block):
 
     kind: str = ""  # the C++ builder's name for this loss; "" when it has none
 
-    def __init__(self, reduction: Reduction = "mean", allowed: Sequence[str] = _REDUCTIONS) -> None:
+    def __init__(self, reduction: str = "mean", allowed: Sequence[str] = _REDUCTIONS) -> None:
         super().__init__()
         self.reduction: str = _reduction(reduction, allowed)
 
@@ -68,7 +68,8 @@ class _Loss(Block):
         return {"loss": self.kind, "reduction": self.reduction}
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if k != "base")
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items()
+                           if not k.startswith("_") and k not in ("base", "temp_file_name"))
         return f"{type(self).__name__}({fields})"
 
     # Graph helpers.
@@ -133,8 +134,8 @@ class _Loss(Block):
         if size is not None:
             return self._constant(float(size), elem_type)
         shape = self._node("Shape", name)
-        size = self._node("Gather", shape, self._constant(axis, onnx.TensorProto.INT64), axis=0)
-        return self._node("Cast", size, to=elem_type)
+        dynamic = self._node("Gather", shape, self._constant(axis, onnx.TensorProto.INT64), axis=0)
+        return self._node("Cast", dynamic, to=elem_type)
 
 
 class MSELoss(_Loss):
@@ -223,7 +224,7 @@ class BCEWithLogitsLoss(_Loss):
         self.pos_weight: Optional[list[float]] = _floats("pos_weight", pos_weight)
 
     def _options(self) -> dict:
-        return {**super()._options(), "weight": self.weight, "pos_weight": self.pos_weight}
+        return {**(super()._options() or {}), "weight": self.weight, "pos_weight": self.pos_weight}
 
     def build(self, loss_input_name: str, target_name: str = "target") -> str:
         input_type = self._input_type(loss_input_name)
@@ -268,7 +269,7 @@ class _ClassIndexLoss(_Loss):
         return scores_type, labels
 
     def _attributes(self) -> dict:
-        attributes = {"reduction": self.reduction}
+        attributes: dict[str, Any] = {"reduction": self.reduction}
         if self.ignore_index is not None:
             attributes["ignore_index"] = self.ignore_index
         return attributes
@@ -315,7 +316,7 @@ class CrossEntropyLoss(_ClassIndexLoss):
     def _options(self) -> Optional[dict]:
         if self.label_smoothing:
             return None  # the C++ builder has no label smoothing: built in Python
-        return {**super()._options(), "weight": self.weight, "ignore_index": self.ignore_index}
+        return {**(super()._options() or {}), "weight": self.weight, "ignore_index": self.ignore_index}
 
     def build(self, scores_input_name: str, labels_name: str = "labels") -> str:
         scores_type, labels = self._scores_and_labels(scores_input_name, labels_name)
@@ -337,6 +338,7 @@ class CrossEntropyLoss(_ClassIndexLoss):
             if scores_rank is None:
                 raise ValueError(f"CrossEntropyLoss: the rank of the scores '{scores}' is unknown; label smoothing "
                                  "with class weights needs it")
+            assert self.weight is not None  # weight is the class weights' input, which they feed
             shape = [1, len(self.weight)] + [1] * (scores_rank - 2)
             per_class = self._constant(np.asarray(self.weight).reshape(shape), elem_type)
             weighted = self._node("Mul", log_probabilities, per_class)

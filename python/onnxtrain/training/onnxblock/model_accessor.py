@@ -64,6 +64,7 @@ class ModelAccessor:
 
     @property
     def model(self) -> onnx.ModelProto:
+        """The model the blocks build on (edited in place)."""
         return self._model
 
     @property
@@ -73,6 +74,7 @@ class ModelAccessor:
 
     @property
     def model_dir(self) -> Optional[str]:
+        """The folder of the model's file (where its external data lives), or None."""
         return self._model_dir
 
     @contextlib.contextmanager

@@ -135,7 +135,8 @@ class TrainingBlock(Block):
             shown = known if len(known) <= 20 else known[:20] + ["..."]
             raise ValueError(f"{type(self).__name__}.requires_grad: {unknown} not initializers (parameters) of the "
                              f"model; its initializers: {shown}")
-        trainable, frozen = [], []
+        trainable: list[onnx.TensorProto] = []
+        frozen: list[onnx.TensorProto] = []
         for name, tensor in initializers.items():
             if name not in self._requires_grad:
                 continue

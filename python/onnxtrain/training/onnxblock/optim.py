@@ -1,7 +1,8 @@
 """Optimizer blocks, as ``onnxruntime.training.onnxblock.optim`` names them.
 
-Pass one as ``generate_artifacts(..., optimizer=AdamW(weight_decay=0.0))``; the optimizer
-model then updates the parameters as ``torch.optim`` does with the same options. As a block
+Pass one as ``generate_artifacts(..., optimizer=AdamW(weight_decay=0.01))``; the optimizer
+model then updates the parameters as ``torch.optim`` does with the same options (the defaults
+are onnxruntime-training 1.19.2's). ``ClipGradNorm`` clips the gradients first. As a block
 it builds that optimizer model for the parameters it is called with::
 
     with onnxblock.empty_base():
@@ -15,12 +16,15 @@ parameter, defined in the model as a function of standard ONNX ops).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Optional, Union
 
 import onnx
 
 from onnxtrain import _C
+from onnxtrain.training.onnxblock import _graph_utils
+from onnxtrain.training.onnxblock import blocks as _blocks
 from onnxtrain.training.onnxblock.blocks import Block
 
 ParameterLike = Union[onnx.TensorProto, onnx.ValueInfoProto, tuple]
@@ -82,6 +86,58 @@ def _trainable(parameters) -> list:
     return list(parameters)
 
 
+class ClipGradNorm(Block):
+    """Gradient clipping by global L2 norm, as ``torch.nn.utils.clip_grad_norm_``: every
+    gradient is scaled by ``min(1, max_norm / (norm + 1e-6))``, where ``norm`` is the L2 norm
+    of all the gradients together.
+
+    Pass it as ``clip_grad`` of ``AdamW`` or ``SGD`` (as with onnxruntime-training):
+    ``AdamW(clip_grad=ClipGradNorm(1.0))``; the optimizer model then clips before it updates.
+    Called as a block, ``ClipGradNorm(max_norm)(*gradient_names)`` appends the clipping to the
+    base model in standard ONNX ops and returns the clipped gradients' names (one name for one
+    gradient, else a tuple).
+    """
+
+    def __init__(self, max_norm: float) -> None:
+        super().__init__()
+        max_norm = float(max_norm)
+        if not math.isfinite(max_norm) or max_norm <= 0:
+            raise ValueError(f"ClipGradNorm: max_norm must be finite and > 0, got {max_norm}")
+        self.max_norm: float = max_norm
+
+    def build(self, *gradient_names: str) -> Union[str, tuple[str, ...]]:
+        if not gradient_names:
+            raise TypeError("ClipGradNorm takes the names of the gradients to clip, got none")
+        self._inputs(gradient_names)
+        norm = _blocks.ReduceAllL2()(*gradient_names)
+        denominator = _graph_utils.add_node(self.base, "Add", [norm, _graph_utils.add_constant(self.base, 1e-6)])
+        ratio = _graph_utils.add_node(
+            self.base, "Div", [_graph_utils.add_constant(self.base, self.max_norm), denominator])
+        coefficient = _graph_utils.add_node(self.base, "Min", [ratio, _graph_utils.add_constant(self.base, 1.0)])
+        clipped = []
+        for name in gradient_names:
+            elem_type = self._elem_type(name)
+            scale = coefficient
+            if elem_type != onnx.TensorProto.FLOAT:
+                scale = _graph_utils.add_node(self.base, "Cast", [coefficient], to=elem_type)
+            clipped.append(_graph_utils.add_node(self.base, "Mul", [name, scale]))
+        return clipped[0] if len(clipped) == 1 else tuple(clipped)
+
+    def __repr__(self) -> str:
+        return f"ClipGradNorm(max_norm={self.max_norm})"
+
+
+def _clip_options(clip_grad: Union[ClipGradNorm, float, None]) -> dict:
+    if clip_grad is None:
+        return {"max_grad_norm": None}
+    if isinstance(clip_grad, ClipGradNorm):
+        return {"max_grad_norm": clip_grad.max_norm}
+    if isinstance(clip_grad, (int, float)) and not isinstance(clip_grad, bool):
+        return {"max_grad_norm": ClipGradNorm(clip_grad).max_norm}
+    raise TypeError(f"clip_grad must be an onnxblock.optim.ClipGradNorm (or its max_norm), got "
+                    f"{type(clip_grad).__name__}")
+
+
 class _Optimizer(Block):
     """Builds the optimizer model of the parameters it is called with; returns its outputs
     (the updated parameters and moments). ``to_model_proto()`` returns the model."""
@@ -114,14 +170,20 @@ class _Optimizer(Block):
 
 
 class AdamW(_Optimizer):
-    """torch.optim.AdamW: decoupled weight decay, bias-corrected moments (switchable)."""
+    """torch.optim.AdamW's update: decoupled weight decay, bias-corrected moments (switchable).
+
+    The defaults are onnxruntime-training 1.19.2's (``eps=1e-6``, ``weight_decay=0.0``), not
+    torch's (``1e-8``, ``0.01``). ``clip_grad``: a ``ClipGradNorm`` that clips the gradients
+    before each update (a float is taken as its ``max_norm``).
+    """
 
     def __init__(
         self,
         bias_correction: bool = True,
         betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 1e-2,
+        eps: float = 1e-6,
+        weight_decay: float = 0.0,
+        clip_grad: Union[ClipGradNorm, float, None] = None,
     ) -> None:
         super().__init__()
         if len(betas) != 2:
@@ -130,6 +192,8 @@ class AdamW(_Optimizer):
         self.betas: tuple[float, float] = (float(betas[0]), float(betas[1]))
         self.eps: float = float(eps)
         self.weight_decay: float = float(weight_decay)
+        _clip_options(clip_grad)  # checks it now rather than when the model is built
+        self.clip_grad: Union[ClipGradNorm, float, None] = clip_grad
 
     def _options(self) -> dict:
         return {
@@ -139,19 +203,27 @@ class AdamW(_Optimizer):
             "beta2": self.betas[1],
             "epsilon": self.eps,
             "weight_decay": self.weight_decay,
+            **_clip_options(self.clip_grad),
         }
 
     def __repr__(self) -> str:
         return (f"AdamW(bias_correction={self.bias_correction}, betas={self.betas}, eps={self.eps}, "
-                f"weight_decay={self.weight_decay})")
+                f"weight_decay={self.weight_decay}, clip_grad={self.clip_grad!r})")
 
 
 class SGD(_Optimizer):
-    """torch.optim.SGD: weight decay added to the gradient, momentum with dampening,
-    Nesterov. ``lr`` is the initial learning rate stored in the checkpoint (default 1e-3)."""
+    """SGD. With its defaults, plain ``param -= lr * grad`` as onnxruntime-training 1.19.2's
+    SGD (which has only ``clip_grad``).
+
+    onnxtrain's extras, keyword-only and off by default, follow torch.optim.SGD: ``momentum``
+    with ``dampening``, ``nesterov``, ``weight_decay`` added to the gradient. ``lr`` is the
+    initial learning rate stored in the checkpoint (default: 1e-3, as onnxruntime-training's).
+    """
 
     def __init__(
         self,
+        clip_grad: Union[ClipGradNorm, float, None] = None,
+        *,
         lr: Optional[float] = None,
         momentum: float = 0.0,
         dampening: float = 0.0,
@@ -159,6 +231,8 @@ class SGD(_Optimizer):
         weight_decay: float = 0.0,
     ) -> None:
         super().__init__()
+        _clip_options(clip_grad)
+        self.clip_grad: Union[ClipGradNorm, float, None] = clip_grad
         self.lr: Optional[float] = None if lr is None else float(lr)
         self.momentum: float = float(momentum)
         self.dampening: float = float(dampening)
@@ -173,11 +247,12 @@ class SGD(_Optimizer):
             "dampening": self.dampening,
             "nesterov": self.nesterov,
             "sgd_weight_decay": self.weight_decay,
+            **_clip_options(self.clip_grad),
         }
 
     def __repr__(self) -> str:
-        return (f"SGD(lr={self.lr}, momentum={self.momentum}, dampening={self.dampening}, "
-                f"nesterov={self.nesterov}, weight_decay={self.weight_decay})")
+        return (f"SGD(clip_grad={self.clip_grad!r}, lr={self.lr}, momentum={self.momentum}, "
+                f"dampening={self.dampening}, nesterov={self.nesterov}, weight_decay={self.weight_decay})")
 
 
-__all__ = ["AdamW", "SGD"]
+__all__ = ["AdamW", "ClipGradNorm", "SGD"]
