@@ -123,6 +123,7 @@ class ModuleGraphBuilder:
         self._info: GraphInfo | None = None
 
     def build(self) -> None:
+        """Builds the gradient model; ``get_model`` and ``get_graph_info`` then give it."""
         source = self._source
         initializers = {i.name for i in source.graph.initializer}
         graph_inputs = [i.name for i in source.graph.input]
@@ -166,6 +167,7 @@ class ModuleGraphBuilder:
         return self._inference_model
 
     def get_graph_info(self) -> GraphInfo:
+        """What the built model takes and gives (inputs, weights, outputs, gradient names)."""
         self._built()
         return self._info
 
@@ -224,10 +226,12 @@ class TrainingAgent:
 
     @property
     def forward_outputs(self) -> list[str]:
+        """The graph outputs ``run_forward`` returns, in order."""
         return list(self._forward_outputs)
 
     @property
     def backward_outputs(self) -> list[str]:
+        """The gradient outputs ``run_backward`` computes, in order."""
         return list(self._backward_outputs)
 
     def run_forward(self, feeds: Mapping[str, Any]) -> tuple[list[Any], Any]:

@@ -184,6 +184,38 @@ def test_two_forwards_before_one_backward():
     (wrapped(a).sum() * 2 + wrapped(b).pow(2).mean()).backward()
     (reference(a).sum() * 2 + reference(b).pow(2).mean()).backward()
     assert_grads_match(module, reference, 1e-4, 1e-6)
+    assert wrapped.export_count == 1  # a new batch size is not a new export
+
+
+def test_a_new_input_dtype_exports_again():
+    module = mlp()
+    wrapped = ORTModule(module)
+    wrapped(torch.randn(3, 6)).sum().backward()
+    module.double()
+    x = torch.randn(3, 6, dtype=torch.float64)
+    out = wrapped(x)
+    assert out.dtype == torch.float64 and wrapped.export_count == 2
+    torch.testing.assert_close(out, module(x), rtol=1e-12, atol=1e-12)
+
+
+class GridSampler(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, image, grid):
+        return torch.nn.functional.grid_sample(self.fc(image), grid, align_corners=False)
+
+
+def test_an_op_onnxtrain_cannot_run_falls_back_with_its_name(monkeypatch):
+    monkeypatch.delenv("ORTMODULE_FALLBACK_POLICY", raising=False)
+    module = GridSampler()
+    wrapped = ORTModule(module)
+    image, grid = torch.randn(1, 2, 4, 4), torch.rand(1, 3, 3, 2) * 2 - 1
+    with pytest.warns(UserWarning, match="GridSample"):
+        out = wrapped(image, grid)
+    torch.testing.assert_close(out, module(image, grid))
+    assert "GridSample" in wrapped.fallback_reason
 
 
 def test_gradient_accumulation_and_dropped_graphs():
