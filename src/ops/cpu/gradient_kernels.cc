@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -931,6 +932,97 @@ const KernelRegistration kSoftmaxCrossEntropyLossGrad{
         dispatch<GRAD_FLOAT_TYPES>(log_prob.dtype(), "SoftmaxCrossEntropyLossGrad", [&]<typename T>() {
           dispatch<int32_t, int64_t>(label.dtype(), "SoftmaxCrossEntropyLossGrad labels", [&]<typename L>() {
             softmax_cross_entropy_grad<T, L>(dy, log_prob, label, mean, out);
+          });
+        });
+      });
+    }};
+
+// ---- com.microsoft: the gradient ops of onnxruntime-training's artifacts ----
+// Where ORT's op computes what an org.onnxtrain op above computes, the same kernel runs it
+// (ReluGrad reads X where ours reads Y: X > 0 exactly where Relu's Y > 0).
+
+constexpr const char* kMicrosoftDomain = "com.microsoft";
+
+const KernelRegistration kMicrosoftReluGrad{
+    kMicrosoftDomain, "ReluGrad", 1, kLatestOpset,
+    elementwise_grad("ReluGrad", [](auto dy, auto x) { return x > decltype(x)(0) ? dy : decltype(x)(0); })};
+
+const KernelRegistration kMicrosoftSigmoidGrad{
+    kMicrosoftDomain, "SigmoidGrad", 1, kLatestOpset,
+    elementwise_grad("SigmoidGrad", [](auto dy, auto y) { return dy * (y * (decltype(y)(1) - y)); })};
+
+const KernelRegistration kMicrosoftTanhGrad{
+    kMicrosoftDomain, "TanhGrad", 1, kLatestOpset,
+    elementwise_grad("TanhGrad", [](auto dy, auto y) { return dy * (decltype(y)(1) - y * y); })};
+
+// ORT's SoftmaxCrossEntropyLossGrad (dY, log_prob, label, weight?) <reduction, ignore_index>:
+// classes on axis 1; a label equal to ignore_index contributes nothing; "mean" divides by
+// the summed weights of the other labels (their count without weights), as the loss does.
+template <typename T, typename L>
+void ort_softmax_cross_entropy_grad(const Tensor& dy, const Tensor& log_prob, const Tensor& label, const Tensor* weight,
+                                    bool mean, std::optional<int64_t> ignore_index, Tensor& out) {
+  using C = compute_type_t<T>;
+  const int64_t n = log_prob.dim(0), classes = log_prob.dim(1);
+  const int64_t inner = n && classes ? log_prob.numel() / (n * classes) : 0;
+  const L* labels = label.data<L>();
+  const auto label_weight = [&](int64_t at) -> C {
+    const auto target = static_cast<int64_t>(labels[at]);
+    if (ignore_index && target == *ignore_index) return C(0);
+    return weight ? C(weight->data<T>()[target]) : C(1);
+  };
+  C total = 0;
+  for (int64_t at = 0; at < label.numel(); ++at) total += label_weight(at);
+  const C scale = mean && total != C(0) ? C(1) / total : C(1);
+  const T* lp = log_prob.data<T>();
+  const T* g = dy.data<T>();
+  const bool per_label = dy.numel() != 1;
+  T* o = out.data<T>();
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t i = 0; i < inner; ++i) {
+      const int64_t at = b * inner + i;
+      const auto target = static_cast<int64_t>(labels[at]);
+      const C w = label_weight(at) * C(g[per_label ? at : 0]) * scale;
+      for (int64_t k = 0; k < classes; ++k) {
+        const int64_t index = (b * classes + k) * inner + i;
+        const C p = vector_math::exp(C(lp[index]));
+        o[index] = static_cast<T>((k == target ? p - C(1) : p) * w);
+      }
+    }
+  }
+}
+
+const KernelRegistration kMicrosoftSoftmaxCrossEntropyLossGrad{
+    kMicrosoftDomain, "SoftmaxCrossEntropyLossGrad", 1, kLatestOpset, [](const KernelInfo& info) {
+      const std::string reduction = info.string_attribute("reduction", "mean");
+      if (reduction != "mean" && reduction != "sum" && reduction != "none") {
+        info.fail("reduction must be mean, sum or none, got '" + reduction + "'");
+      }
+      std::optional<int64_t> ignore_index;
+      if (info.node().attribute("ignore_index") != nullptr) ignore_index = info.int_attribute("ignore_index");
+      return make_kernel([mean = reduction == "mean", ignore_index](KernelContext& ctx) {
+        const Tensor& dy = ctx.input(0);
+        const Tensor& log_prob = ctx.input(1);
+        const Tensor& label = ctx.input(2);
+        const Tensor* weight = ctx.has_input(3) ? &ctx.input(3) : nullptr;
+        if (log_prob.rank() < 2) ctx.fail("log_prob needs a class axis");
+        const int64_t classes = log_prob.dim(1);
+        if (label.numel() * classes != log_prob.numel())
+          ctx.fail("label must have the shape of log_prob without axis 1");
+        if (dy.numel() != 1 && dy.numel() != label.numel()) ctx.fail("dY must hold one value or one per label");
+        if (weight && (weight->numel() != classes || weight->dtype() != log_prob.dtype())) {
+          ctx.fail("weight must hold one " + std::string(dtype_name(log_prob.dtype())) + " per class");
+        }
+        if (dy.dtype() != log_prob.dtype()) ctx.fail("dY and log_prob have different element types");
+        Tensor& out = ctx.allocate_output(0, log_prob.dtype(), log_prob.shape());
+        dispatch<float, double>(log_prob.dtype(), "SoftmaxCrossEntropyLossGrad", [&]<typename T>() {
+          dispatch<int32_t, int64_t>(label.dtype(), "SoftmaxCrossEntropyLossGrad labels", [&]<typename L>() {
+            for (int64_t at = 0; at < label.numel(); ++at) {
+              const auto target = static_cast<int64_t>(label.data<L>()[at]);
+              if ((!ignore_index || target != *ignore_index) && (target < 0 || target >= classes)) {
+                ctx.fail("label " + std::to_string(target) + " is outside [0, " + std::to_string(classes) + ")");
+              }
+            }
+            ort_softmax_cross_entropy_grad<T, L>(dy, log_prob, label, weight, mean, ignore_index, out);
           });
         });
       });
