@@ -2,6 +2,7 @@
 
 #include <onnxtrain/error.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/dispatch.h"
@@ -59,6 +60,94 @@ void adopt_accumulator(ir::Model& model, ir::Node& node) {
   node.opset = 0;
 }
 
+// com.microsoft::GatherGrad (shape, indices, dY) is org.onnxtrain::GatherGrad (dY, shape,
+// indices): the same op with its inputs in another order.
+void adopt_gather_grad(ir::Node& node) {
+  if (node.inputs.size() != 3) {
+    throw Error(node.describe() + ": expected 3 inputs (shape, indices, dY), got " + std::to_string(node.inputs.size()),
+                ErrorKind::kInvalidModel);
+  }
+  node.domain = "org.onnxtrain";
+  node.inputs = {node.inputs[2], node.inputs[0], node.inputs[1]};
+  node.opset = 0;
+}
+
+// ORT's MaxPoolGrad (dY, Indices) takes dX's shape from its static shape inference;
+// org.onnxtrain::MaxPoolGrad (dY, indices, shape) takes it as an input: the shape of the
+// input of the MaxPool whose Indices it reads.
+void adopt_max_pool_grad(ir::Model& model, size_t index) {
+  ir::Node& node = model.graph.nodes[index];
+  const std::string where = node.describe();
+  if (node.inputs.size() != 2) {
+    throw Error(where + ": expected 2 inputs (dY, Indices), got " + std::to_string(node.inputs.size()),
+                ErrorKind::kInvalidModel);
+  }
+  std::string pooled;
+  for (const ir::Node& n : model.graph.nodes) {
+    if (n.op_type == "MaxPool" && n.outputs.size() == 2 && n.outputs[1] == node.inputs[1]) pooled = n.inputs[0];
+  }
+  if (pooled.empty()) {
+    throw Error(where + ": no MaxPool produces its Indices '" + node.inputs[1] + "'", ErrorKind::kInvalidModel);
+  }
+  const std::string shape = node.outputs[0] + "/input_shape";
+  node.domain = "org.onnxtrain";
+  node.inputs.push_back(shape);
+  node.attributes.clear();
+  node.opset = 0;
+  ir::Node shape_node;
+  shape_node.name = shape;
+  shape_node.op_type = "Shape";
+  shape_node.inputs = {pooled};
+  shape_node.outputs = {shape};
+  model.graph.nodes.push_back(std::move(shape_node));
+}
+
+// ORT's ConvGrad takes Conv's attributes as Conv does, strides and dilations defaulting to
+// ones; org.onnxtrain's kernel expects them written out.
+void complete_conv_grad(const ir::Model& model, ir::Node& node) {
+  size_t spatial = 0;
+  if (const ir::Attribute* pads = node.attribute("pads")) spatial = pads->ints.size() / 2;
+  if (const ir::Attribute* kernel = node.attribute("kernel_shape")) spatial = kernel->ints.size();
+  if (const ir::ValueInfo* w = node.inputs.size() > 2 ? find_value(model.graph.inputs, node.inputs[2]) : nullptr;
+      spatial == 0 && w != nullptr && w->shape && w->shape->size() > 2) {
+    spatial = w->shape->size() - 2;
+  }
+  if (spatial == 0) {
+    throw Error(node.describe() + ": cannot tell the number of spatial axes (no pads, kernel_shape or weight shape)",
+                ErrorKind::kInvalidModel);
+  }
+  for (const char* name : {"strides", "dilations"}) {
+    if (node.attribute(name) == nullptr) node.attributes.push_back(ir::attr(name, std::vector<int64_t>(spatial, 1)));
+  }
+  if (node.attribute("pads") == nullptr)
+    node.attributes.push_back(ir::attr("pads", std::vector<int64_t>(2 * spatial, 0)));
+}
+
+// ORT's BatchNormInternal updates the running mean and variance in place (its kernel aliases
+// outputs 1 and 2 to inputs 3 and 4, frozen parameters). onnxtrain's Module writes an output
+// named "<p>.running.out" back into parameter p, so the two outputs take those names.
+void adopt_batch_norm(ir::Model& model, ir::Node& node) {
+  if (node.inputs.size() != 5 || node.outputs.size() < 3) return;
+  for (size_t i = 1; i <= 2; ++i) {
+    const ir::ValueInfo* statistic = find_value(model.graph.inputs, node.inputs[i + 2]);
+    if (statistic == nullptr || node.outputs[i].empty()) continue;  // a constant: nothing to keep
+    const std::string old_name = node.outputs[i];
+    const std::string name = running_statistic_output(statistic->name);
+    for (ir::Node& consumer : model.graph.nodes) {
+      std::replace(consumer.inputs.begin(), consumer.inputs.end(), old_name, name);
+    }
+    for (ir::ValueInfo& output : model.graph.outputs) {
+      if (output.name == old_name) output.name = name;
+    }
+    node.outputs[i] = name;
+    if (find_value(model.graph.outputs, name) == nullptr) {
+      ir::ValueInfo out = *statistic;
+      out.name = name;
+      model.graph.outputs.push_back(std::move(out));
+    }
+  }
+}
+
 float float_attribute(const ir::Node& node, const char* name, float fallback) {
   const ir::Attribute* a = node.attribute(name);
   return a != nullptr && a->type == ir::AttributeType::kFloat ? a->f : fallback;
@@ -105,8 +194,19 @@ bool is_ort_training_model(const ir::Model& model) {
 
 ir::Model adopt_ort_training_model(ir::Model model) {
   if (!is_ort_training_model(model)) return model;
-  for (ir::Node& node : model.graph.nodes) {
-    if (is_ort_node(node, "InPlaceAccumulatorV2")) adopt_accumulator(model, node);
+  const size_t count = model.graph.nodes.size();  // adopt_max_pool_grad appends Shape nodes
+  for (size_t i = 0; i < count; ++i) {
+    ir::Node& node = model.graph.nodes[i];
+    if (is_ort_node(node, "InPlaceAccumulatorV2"))
+      adopt_accumulator(model, node);
+    else if (is_ort_node(node, "GatherGrad"))
+      adopt_gather_grad(node);
+    else if (node.domain.empty() && node.op_type == "MaxPoolGrad")
+      adopt_max_pool_grad(model, i);
+    else if (is_ort_node(node, "ConvGrad"))
+      complete_conv_grad(model, node);
+    else if (is_ort_node(node, "BatchNormInternal"))
+      adopt_batch_norm(model, node);
   }
   // ORT feeds lazy_reset_grad as bool[1]; the Module feeds a scalar, as to its own artifacts.
   for (ir::ValueInfo& input : model.graph.inputs) {

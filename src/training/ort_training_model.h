@@ -8,7 +8,12 @@
 // graphs are functional, so each such node becomes org.onnxtrain::AccumulateGradient
 // (grad, buffer, reset) => (accumulated), whose fused kernel writes into the buffer's
 // memory too; the output, same name, then carries the gradient (as onnxtrain's artifacts).
-// The other com.microsoft ops of that model have kernels (src/ops/cpu/*).
+// Two more ops become their org.onnxtrain equals: com.microsoft::GatherGrad (same op, inputs
+// in another order) and ORT's MaxPoolGrad (dY, Indices), which knows dX's shape from ORT's
+// static shape inference (org.onnxtrain's takes a Shape of the pooled input). ORT's
+// BatchNormInternal updates the running statistics in place: its two outputs become
+// "<p>.running.out" graph outputs, which the Module writes back into the parameters. The other
+// com.microsoft ops of that model have kernels (src/ops/cpu/*).
 //
 // optimizer_model.onnx is one com.microsoft::AdamWOptimizer or SGDOptimizerV2 over
 // sequences of all trainable tensors. Instead of running it, the Optimizer reads its

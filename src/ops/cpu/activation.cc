@@ -159,6 +159,15 @@ const KernelRegistration kFusedGelu{"org.onnxtrain", "Gelu", 1, kLatestOpset,
                                     [](const KernelInfo&) { return gelu(false); }};
 const KernelRegistration kFusedGeluTanh{"org.onnxtrain", "GeluTanh", 1, kLatestOpset,
                                         [](const KernelInfo&) { return gelu(true); }};
+// onnxruntime-training's fused GELU (erf form) and its tanh approximation.
+const KernelRegistration kMicrosoftGelu{"com.microsoft", "Gelu", 1, kLatestOpset,
+                                        [](const KernelInfo&) { return gelu(false); }};
+const KernelRegistration kMicrosoftFastGelu{"com.microsoft", "FastGelu", 1, kLatestOpset, [](const KernelInfo& info) {
+                                              if (info.node().inputs.size() > 1 && !info.node().inputs[1].empty()) {
+                                                info.fail("FastGelu with a bias input is not supported");
+                                              }
+                                              return gelu(true);
+                                            }};
 
 // y = x for x >= 0, slope * x otherwise; the slope broadcasts to x's shape (one direction only).
 const KernelRegistration kPRelu{"", "PRelu", 7, kLatestOpset, [](const KernelInfo&) {

@@ -943,6 +943,32 @@ const KernelRegistration kSoftmaxCrossEntropyLossGrad{
 
 constexpr const char* kMicrosoftDomain = "com.microsoft";
 
+// The factory of org.onnxtrain::`op_type`, registered above in this file (static
+// initialization runs in order within one file).
+KernelFactory same_kernel_as(const char* op_type) {
+  const KernelDef* def = KernelRegistry::global().find(kDomain, op_type, 1);
+  if (def == nullptr) throw Error(std::string("no org.onnxtrain kernel '") + op_type + "' to share");
+  return def->create;
+}
+
+const KernelRegistration kMicrosoftGeluGrad{kMicrosoftDomain, "GeluGrad", 1, kLatestOpset, same_kernel_as("GeluGrad")};
+const KernelRegistration kMicrosoftFastGeluGrad{kMicrosoftDomain, "FastGeluGrad", 1, kLatestOpset,
+                                                same_kernel_as("GeluTanhGrad")};
+// Opset-13 softmax: one axis, as org.onnxtrain's.
+const KernelRegistration kMicrosoftSoftmaxGrad13{kMicrosoftDomain, "SoftmaxGrad_13", 1, kLatestOpset,
+                                                 same_kernel_as("SoftmaxGrad")};
+const KernelRegistration kMicrosoftLogSoftmaxGrad13{kMicrosoftDomain, "LogSoftmaxGrad_13", 1, kLatestOpset,
+                                                    same_kernel_as("LogSoftmaxGrad")};
+// (dY, X, scale, mean, inv_std_dev) => (dX, dScale, dB), the same inputs and outputs.
+const KernelRegistration kMicrosoftLayerNormalizationGrad{kMicrosoftDomain, "LayerNormalizationGrad", 1, kLatestOpset,
+                                                          same_kernel_as("LayerNormalizationGrad")};
+// (dY, X, W) => (dX, dW, dB) with Conv's attributes.
+const KernelRegistration kMicrosoftConvGrad{kMicrosoftDomain, "ConvGrad", 1, kLatestOpset, same_kernel_as("ConvGrad")};
+// ORT's (dY, X, scale, saved_mean, saved_inv_std): the saved batch statistics are what
+// org.onnxtrain's kernel recomputes from X, so it reads the first three inputs only.
+const KernelRegistration kMicrosoftBatchNormalizationGrad{kMicrosoftDomain, "BatchNormalizationGrad", 1, kLatestOpset,
+                                                          same_kernel_as("BatchNormalizationGrad")};
+
 const KernelRegistration kMicrosoftReluGrad{
     kMicrosoftDomain, "ReluGrad", 1, kLatestOpset,
     elementwise_grad("ReluGrad", [](auto dy, auto x) { return x > decltype(x)(0) ? dy : decltype(x)(0); })};

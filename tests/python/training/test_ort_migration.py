@@ -31,7 +31,8 @@ FIXTURES = HERE / "ort_artifacts"
 ORT_PYTHON = Path(os.environ.get("ONNXTRAIN_CACHE", Path.home() / ".cache" / "onnxtrain")) / "ort-training-1.19.2" / "bin" / "python"
 
 # The cases whose every op onnxtrain runs today.
-TRAINED = ["mlp_crossentropy_adamw", "mlp_mse_sgd", "mlp_bcewithlogits_adamw", "mlp_l1_sgd"]
+TRAINED = ["mlp_crossentropy_adamw", "mlp_mse_sgd", "mlp_bcewithlogits_adamw", "mlp_l1_sgd", "cnn_mse_sgd",
+           "gpt_crossentropy_adamw"]
 LOSS_RTOL = 1e-5
 PARAM_RTOL, PARAM_ATOL = 1e-5, 1e-6
 
@@ -65,11 +66,22 @@ def train(module, optimizer, ref: dict, steps: range) -> list[float]:
     return losses
 
 
+# Where a parameter's gradient is zero up to rounding, AdamW (m / sqrt(v)) turns that rounding
+# into full-size steps whose direction neither runtime controls: the key bias of attention
+# (softmax is invariant to adding one constant to every score of a query). Those 8 elements
+# are compared with atol 1e-3 (they differ by 4e-5 here; each AdamW step may move them 0.01).
+NOISE_DRIVEN = {"attn.qkv.bias": slice(8, 16)}
+
+
 def assert_parameters(state: CheckpointState, expected: dict) -> None:
     assert sorted(name for name, _ in state.parameters) == sorted(expected)
     for name, entry in expected.items():
-        np.testing.assert_allclose(state.parameters[name].data, array(entry), rtol=PARAM_RTOL, atol=PARAM_ATOL,
-                                   err_msg=name)
+        actual, desired = np.array(state.parameters[name].data), array(entry)
+        if name in NOISE_DRIVEN:
+            noisy = NOISE_DRIVEN[name]
+            np.testing.assert_allclose(actual[noisy], desired[noisy], atol=1e-3, err_msg=name)
+            actual[noisy] = desired[noisy]
+        np.testing.assert_allclose(actual, desired, rtol=PARAM_RTOL, atol=PARAM_ATOL, err_msg=name)
 
 
 # ---- the ODTC checkpoint -------------------------------------------------------------
@@ -275,7 +287,7 @@ ORT_RESUME = textwrap.dedent("""
 
 
 @pytest.mark.skipif(not ORT_PYTHON.exists(), reason="no onnxruntime-training venv (scripts/setup_ort_training.sh)")
-@pytest.mark.parametrize("case", ["mlp_crossentropy_adamw", "mlp_mse_sgd"])
+@pytest.mark.parametrize("case", ["mlp_crossentropy_adamw", "mlp_mse_sgd", "cnn_mse_sgd"])
 def test_checkpoint_onnxtrain_saves_in_ort_format_resumes_in_ort(case, tmp_path):
     ref = reference(case)
     state, module, optimizer = session(case)
