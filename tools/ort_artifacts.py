@@ -195,7 +195,7 @@ def histogram(path: Path) -> collections.Counter:
 
 def to_list(array: np.ndarray) -> dict:
     """An array as JSON: its little-endian bytes in base64, exact and compact."""
-    array = np.ascontiguousarray(array)
+    array = np.array(array, order="C")  # np.ascontiguousarray would make a 0-d array 1-d
     return {"dtype": str(array.dtype), "shape": list(array.shape),
             "base64": base64.b64encode(array.astype(array.dtype.newbyteorder("<")).tobytes()).decode()}
 
