@@ -17,6 +17,7 @@ namespace {
 
 constexpr std::string_view kIdentifier = "ODTC";
 constexpr const char* kGroupName = "group0";
+constexpr uint64_t kMaxNominalBytes = uint64_t{1} << 31;  // what one flatbuffer can hold
 
 // Field indices of the schema (see the header).
 namespace field {
@@ -161,6 +162,9 @@ class OrtCheckpointReader {
     const Vector raw = in_.vector(t, field::kRawData, 1, "the raw data");
     if (nominal) {
       if (raw.size != 0) in_.fail(what + " holds data in a nominal checkpoint");
+      // ORT writes no dims here; dims that a file could not have held are refused before
+      // the zeros are allocated.
+      if (bytes > kMaxNominalBytes) in_.fail(what + ": " + shape_string(shape) + " is too large for a nominal tensor");
       return {std::move(name), Tensor::zeros(dtype, std::move(shape))};
     }
     if (raw.size != bytes) {
