@@ -241,10 +241,16 @@ class OrtCheckpointWriter {
     out_.set_offset(group.slot[field::kGroupName], out_.string(kGroupName));
 
     uint32_t states = 0;
-    const auto entries = out_.offsets(optimizer.moments.size(), states);
+    // An entry per parameter with moments and per trainable one: ORT's optimizer looks up
+    // each parameter it trains. A std::map: sorted by name, as ORT writes them.
+    std::map<std::string, std::map<std::string, Tensor, std::less<>>, std::less<>> all = optimizer.moments;
+    for (const Parameter& p : state.parameters()) {
+      if (p.requires_grad) all.try_emplace(p.name);
+    }
+    const auto entries = out_.offsets(all.size(), states);
     out_.set_offset(group.slot[field::kOptimizerStates], states);
     size_t i = 0;
-    for (const auto& [parameter, moments] : optimizer.moments) {  // a std::map: sorted by name, as ORT
+    for (const auto& [parameter, moments] : all) {
       flatbuffer::Writer::TableFields entry_fields;
       entry_fields.offset(field::kParamName);
       entry_fields.offset(field::kMomentums);
