@@ -420,7 +420,7 @@ void CheckpointState::set_optimizer_state(OptimizerState state) {
 
 // True when the file starts like an ODTC flatbuffer (a safetensors file starts with its
 // header length, whose bytes 4-7 are zero for any header under 4 GB).
-bool starts_like_ort_checkpoint(const fs::path& path) {
+static bool starts_like_ort_checkpoint(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   std::array<std::byte, 8> head{};
   if (!in.read(reinterpret_cast<char*>(head.data()), head.size())) return false;
