@@ -586,8 +586,9 @@ void fused_matmul(Context& c) {
 const std::unordered_map<std::string, Rule>& microsoft_rules() {
   static const std::unordered_map<std::string, Rule> table = [] {
     std::unordered_map<std::string, Rule> t;
-    for (const char* op : {"Gelu", "FastGelu", "Scale", "ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad",
-                           "FastGeluGrad", "SoftmaxGrad_13", "LogSoftmaxGrad_13"}) {
+    for (const char* op :
+         {"Gelu", "FastGelu", "Scale", "ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "FastGeluGrad",
+          "SoftmaxGrad_13", "LogSoftmaxGrad_13", "BiasGelu", "BiasGeluGrad_dX", "ZeroGradient", "DropoutGrad"}) {
       t[op] = same_as_input;
     }
     t["SoftmaxCrossEntropyLossGrad"] = [](Context& c) { like_input(c, 0, 1); };
@@ -610,6 +611,7 @@ const std::unordered_map<std::string, Rule>& microsoft_rules() {
       for (size_t i = 1; i <= 4; ++i) like_input(c, i, 3);
     };
     t["FusedMatMul"] = fused_matmul;
+    t["TransposeMatMul"] = fused_matmul;
     t["InPlaceAccumulatorV2"] = [](Context& c) {
       c.set(0, DType::kBool, Shape{known(1)});
       like_input(c, 1, 0);

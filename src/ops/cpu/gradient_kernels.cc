@@ -4,6 +4,7 @@
 // both on random inputs.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -1050,6 +1051,68 @@ const KernelRegistration kMicrosoftSoftmaxCrossEntropyLossGrad{
             }
             ort_softmax_cross_entropy_grad<T, L>(dy, log_prob, label, weight, mean, ignore_index, out);
           });
+        });
+      });
+    }};
+
+// dY * GeluGrad(X + B), B broadcast along the last axis (ORT fuses the bias of a Gemm/MatMul).
+const KernelRegistration kMicrosoftBiasGeluGradDx{
+    kMicrosoftDomain, "BiasGeluGrad_dX", 1, kLatestOpset, [](const KernelInfo&) {
+      return make_kernel([](KernelContext& ctx) {
+        const Tensor& dy = ctx.input(0);
+        const Tensor& x = ctx.input(1);
+        const Tensor& b = ctx.input(2);
+        check_same_shape(ctx, dy, x, "BiasGeluGrad_dX");
+        if (x.rank() == 0 || b.rank() != 1 || b.dim(0) != x.dim(x.rank() - 1) || b.dtype() != x.dtype()) {
+          ctx.fail("B must be a vector of X's last dimension and element type");
+        }
+        Tensor& dx = ctx.allocate_output(0, x.dtype(), x.shape());
+        dispatch<float, double>(x.dtype(), "BiasGeluGrad_dX", [&]<typename T>() {
+          const T* g = dy.data<T>();
+          const T* xv = x.data<T>();
+          const T* bv = b.data<T>();
+          T* out = dx.data<T>();
+          const int64_t n = b.numel();
+          for (int64_t i = 0; i < x.numel(); ++i) {
+            const T v = xv[i] + bv[i % n];
+            const T cdf = T(0.5) * vector_math::erfc(v * T(-0.70710678118654752));
+            const T density = vector_math::exp(T(-0.5) * v * v) * T(0.39894228040143268);
+            out[i] = g[i] * (cdf + v * density);
+          }
+        });
+      });
+    }};
+
+// ZeroGradient (gradient, reset_signal) => zeros like the gradient.
+const KernelRegistration kMicrosoftZeroGradient{kMicrosoftDomain, "ZeroGradient", 1, kLatestOpset,
+                                                [](const KernelInfo&) {
+                                                  return make_kernel([](KernelContext& ctx) {
+                                                    const Tensor& g = ctx.input(0);
+                                                    Tensor& out = ctx.allocate_output(0, g.dtype(), g.shape());
+                                                    std::memset(out.raw_data(), 0, out.nbytes());
+                                                  });
+                                                }};
+
+// DropoutGrad (dY, mask, ratio = 0.5, training_mode): dY * mask / (1 - ratio). As ORT's
+// kernel, whatever training_mode says (the recorded ORT run shows it: a mask from an eval
+// forward pass is all true, and ORT scales anyway).
+const KernelRegistration kMicrosoftDropoutGrad{
+    kMicrosoftDomain, "DropoutGrad", 1, kLatestOpset, [](const KernelInfo&) {
+      return make_kernel([](KernelContext& ctx) {
+        const Tensor& dy = ctx.input(0);
+        const Tensor& mask = ctx.input(1);
+        if (mask.dtype() != DType::kBool || mask.shape() != dy.shape()) {
+          ctx.fail("mask must be bool and of dY's shape " + shape_string(dy.shape()));
+        }
+        const double ratio = ctx.has_input(2) ? ctx.input(2).item_as_double() : 0.5;
+        if (!(ratio >= 0 && ratio < 1)) ctx.fail("ratio must be in [0, 1), got " + std::to_string(ratio));
+        Tensor& dx = ctx.allocate_output(0, dy.dtype(), dy.shape());
+        dispatch<float, double>(dy.dtype(), "DropoutGrad", [&]<typename T>() {
+          const T* g = dy.data<T>();
+          const bool* m = mask.data<bool>();
+          T* out = dx.data<T>();
+          const T scale = static_cast<T>(1.0 / (1.0 - ratio));
+          for (int64_t i = 0; i < dy.numel(); ++i) out[i] = m[i] ? g[i] * scale : T(0);
         });
       });
     }};

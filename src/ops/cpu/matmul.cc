@@ -572,5 +572,10 @@ const KernelRegistration kMicrosoftFusedMatMul{
       });
     }};
 
+// TransposeMatMul: FusedMatMul's older name, the same attributes.
+const KernelRegistration kMicrosoftTransposeMatMul{
+    "com.microsoft", "TransposeMatMul", 1, kLatestOpset,
+    KernelRegistry::global().find("com.microsoft", "FusedMatMul", 1)->create};
+
 }  // namespace
 }  // namespace onnxtrain
