@@ -4,8 +4,9 @@
                          padding, Relu, Gemm), a transformer block (MatMul, Softmax,
                          LayerNormalization, Gelu, Transpose, Reshape, Gather), shape ops, and
                          the training, eval and optimizer models generate_artifacts makes
-    fuzz_checkpoint/     checkpoints: full with optimizer state and properties, nominal, and a
-                         plain safetensors file
+    fuzz_checkpoint/     checkpoints: full with optimizer state and properties, nominal, a
+                         plain safetensors file, and ODTC flatbuffers (onnxruntime-training's
+                         format: saved by onnxtrain and by ORT 1.19.2)
     fuzz_function_text/  every org.onnxtrain function body in the sources
 
 usage: python tools/fuzz_seeds.py OUT_DIR
@@ -138,6 +139,11 @@ def write_checkpoints(out: Path, work: Path) -> None:
     CheckpointState.save_checkpoint(state, out / "full", include_optimizer_state=True)
     CheckpointState.save_checkpoint(state, out / "parameters")
     (out / "nominal").write_bytes((folder / "nominal_checkpoint").read_bytes())
+    # onnxruntime-training's ODTC flatbuffer: as onnxtrain writes it, and as ORT 1.19.2 did.
+    CheckpointState.save_checkpoint(state, out / "ort_full", include_optimizer_state=True, format="ort")
+    ort = ROOT / "tests" / "python" / "training" / "ort_artifacts" / "mlp_crossentropy_adamw"
+    for name in ("checkpoint_step5", "nominal_checkpoint"):
+        (out / f"ort_{name}").write_bytes((ort / name).read_bytes())
     from safetensors.numpy import save_file
 
     save_file({"a": np.ones((2, 3), np.float32), "b": np.arange(4, dtype=np.int64)}, str(out / "plain"))

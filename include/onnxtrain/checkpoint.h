@@ -113,7 +113,14 @@ class CheckpointState {
   bool nominal_ = false;
 };
 
-// Reads a checkpoint — full or nominal — or any safetensors file. Everything is checked:
+// The file formats a checkpoint can be saved in: onnxtrain's safetensors file, or the ODTC
+// flatbuffer of onnxruntime-training 1.19.2 (src/training/ort_checkpoint.h), for going back
+// to ORT (gradients are never saved; AdamW's moments exp_avg/exp_avg_sq are ORT's
+// momentum0/momentum1; property floats are stored as float32).
+enum class CheckpointFormat { kSafetensors, kOrt };
+
+// Reads a checkpoint — full or nominal — or any safetensors file, or an ODTC checkpoint that
+// onnxruntime-training wrote (told apart by its file identifier, bytes 4-7 "ODTC"). Everything is checked:
 // a truncated file, a corrupt header, offsets outside the data or not tiling it, byte
 // counts that do not match shape x element size, and onnxtrain metadata that does not fit
 // the tensors throw an Error naming the file and, where there is one, the tensor. With
@@ -124,7 +131,7 @@ CheckpointState load_checkpoint(const std::filesystem::path& path, bool verify =
 // Writes the parameters, properties and, when asked and present, the optimizer state,
 // atomically: a process killed while saving leaves the previous file as it was.
 void save_checkpoint(const CheckpointState& state, const std::filesystem::path& path,
-                     bool include_optimizer_state = false);
+                     bool include_optimizer_state = false, CheckpointFormat format = CheckpointFormat::kSafetensors);
 
 // Writes a nominal checkpoint: parameter names, shapes, element types and requires_grad
 // flags, and the properties; no tensor data, no optimizer state.

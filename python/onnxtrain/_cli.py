@@ -1,7 +1,8 @@
 """The ``onnxtrain`` command line (the console script, and ``python -m onnxtrain``).
 
-``onnxtrain train`` runs the Python training loop (onnxtrain.training.train_cli); ``inspect``
-and ``gen-artifacts`` run the C++ command-line tool shipped in the package. Global options
+``onnxtrain train`` runs the Python training loop (onnxtrain.training.train_cli), ``convert``
+converts onnxruntime-training's artifacts (onnxtrain.training.convert); ``inspect`` and
+``gen-artifacts`` run the C++ command-line tool shipped in the package. Global options
 (``--log-level``) come before the command; ``onnxtrain COMMAND --help`` describes a command.
 """
 
@@ -18,6 +19,7 @@ COMMANDS = {
     "inspect": "opsets, inputs, outputs, parameters, op histogram and the ops without a kernel of a model",
     "gen-artifacts": "training artifacts of a model: training, eval and optimizer models and a checkpoint",
     "train": "train artifacts on an .npz data set, or (with no arguments) the built-in digits demo",
+    "convert": "onnxruntime-training 1.19.2 artifacts and checkpoint to onnxtrain's, and checkpoints back",
 }
 _OPTIONS_WITH_VALUES = {"--log-level"}
 
@@ -78,6 +80,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from onnxtrain.training.train_cli import main as train
 
         return train(rest)
+    if args.command == "convert":
+        from onnxtrain.training.convert import main as convert
+
+        return convert(rest)
     tool = executable()
     if not tool.exists():
         print(f"onnxtrain: the command-line tool is missing at {tool}; reinstall onnxtrain", file=sys.stderr)

@@ -176,11 +176,19 @@ void bind_checkpoint(nb::module_& m) {
       "path"_a, "verify"_a = true);
   m.def(
       "save_checkpoint",
-      [](const CheckpointState& state, const std::filesystem::path& path, bool include_optimizer_state) {
+      [](const CheckpointState& state, const std::filesystem::path& path, bool include_optimizer_state,
+         const std::string& format) {
+        if (format != "onnxtrain" && format != "ort") {
+          throw nb::value_error(("save_checkpoint: format must be 'onnxtrain' (safetensors) or 'ort' (the ODTC "
+                                 "flatbuffer of onnxruntime-training), got '" +
+                                 format + "'")
+                                    .c_str());
+        }
         nb::gil_scoped_release release;
-        save_checkpoint(state, path, include_optimizer_state);
+        save_checkpoint(state, path, include_optimizer_state,
+                        format == "ort" ? CheckpointFormat::kOrt : CheckpointFormat::kSafetensors);
       },
-      "state"_a, "path"_a, "include_optimizer_state"_a = false);
+      "state"_a, "path"_a, "include_optimizer_state"_a = false, "format"_a = "onnxtrain");
   m.def(
       "save_nominal_checkpoint",
       [](const CheckpointState& state, const std::filesystem::path& path) {

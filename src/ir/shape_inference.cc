@@ -591,6 +591,74 @@ ValueType type_of(const Tensor& t) {
   return {t.dtype(), shape};
 }
 
+// ---- com.microsoft: the ops of onnxruntime-training's artifacts ----
+
+// Output `output` has the type and shape of input `input`.
+void like_input(Context& c, size_t output, size_t input) {
+  c.set(output, c.dtype(input), c.shape(input) ? std::optional(*c.shape(input)) : std::nullopt);
+}
+
+// alpha * op(A) @ op(B), op transposing the last two axes; the batch axes broadcast.
+void fused_matmul(Context& c) {
+  const Shape* a = c.shape(0);
+  const Shape* b = c.shape(1);
+  if (!a || !b || a->size() < 2 || b->size() < 2) return c.set(0, c.dtype(0));
+  const bool ta = c.int_attribute("transA").value_or(0), tb = c.int_attribute("transB").value_or(0);
+  const size_t batch = std::max(a->size(), b->size()) - 2;
+  Shape out(batch);
+  for (size_t i = 0; i < batch; ++i) {
+    const size_t from_end = batch - i;  // 1 for the last batch axis
+    const Dim* da = from_end <= a->size() - 2 ? &(*a)[a->size() - 2 - from_end] : nullptr;
+    const Dim* db = from_end <= b->size() - 2 ? &(*b)[b->size() - 2 - from_end] : nullptr;
+    if (!da || is_one(*da)) {
+      out[i] = db ? *db : known(1);
+    } else if (!db || is_one(*db) || same(*da, *db)) {
+      out[i] = *da;
+    }  // else two different sizes: left unknown, the kernel reports the mismatch
+  }
+  out.push_back(ta ? a->back() : (*a)[a->size() - 2]);
+  out.push_back(tb ? (*b)[b->size() - 2] : b->back());
+  c.set(0, c.dtype(0), out);
+}
+
+const std::unordered_map<std::string, Rule>& microsoft_rules() {
+  static const std::unordered_map<std::string, Rule> table = [] {
+    std::unordered_map<std::string, Rule> t;
+    for (const char* op :
+         {"Gelu", "FastGelu", "Scale", "ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "FastGeluGrad",
+          "SoftmaxGrad_13", "LogSoftmaxGrad_13", "BiasGelu", "BiasGeluGrad_dX", "ZeroGradient", "DropoutGrad"}) {
+      t[op] = same_as_input;
+    }
+    t["SoftmaxCrossEntropyLossGrad"] = [](Context& c) { like_input(c, 0, 1); };
+    // (dY, X, scale, ...) => (dX like X, dScale and dB like scale)
+    for (const char* op : {"LayerNormalizationGrad", "BatchNormalizationGrad"}) {
+      t[op] = [](Context& c) {
+        like_input(c, 0, 1);
+        like_input(c, 1, 2);
+        like_input(c, 2, 2);
+      };
+    }
+    t["ConvGrad"] = [](Context& c) {
+      like_input(c, 0, 1);
+      like_input(c, 1, 2);
+      const Shape* w = c.shape(2);
+      c.set(2, c.dtype(2), w && !w->empty() ? std::optional(Shape{(*w)[0]}) : std::nullopt);
+    };
+    t["BatchNormInternal"] = [](Context& c) {
+      like_input(c, 0, 0);
+      for (size_t i = 1; i <= 4; ++i) like_input(c, i, 3);
+    };
+    t["FusedMatMul"] = fused_matmul;
+    t["TransposeMatMul"] = fused_matmul;
+    t["InPlaceAccumulatorV2"] = [](Context& c) {
+      c.set(0, DType::kBool, Shape{known(1)});
+      like_input(c, 1, 0);
+    };
+    return t;
+  }();
+  return table;
+}
+
 }  // namespace
 
 std::map<std::string, ValueType> infer_types(const Model& model) {
@@ -621,6 +689,9 @@ std::map<std::string, ValueType> infer_types(const Model& model) {
       rule->second(context);
     } else if (node.domain == "org.onnxtrain" && (node.op_type == "Gelu" || node.op_type == "GeluTanh")) {
       same_as_input(context);  // the fused GELU of passes/fuse_gelu.h
+    } else if (auto ms = microsoft_rules().find(node.op_type);
+               node.domain == "com.microsoft" && ms != microsoft_rules().end()) {
+      ms->second(context);
     } else {
       context.set(0, context.dtype(0));  // unknown op: guess the element type, no shape
     }

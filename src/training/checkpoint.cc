@@ -1,7 +1,9 @@
 #include <onnxtrain/checkpoint.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -10,6 +12,7 @@
 #include "core/checksum.h"
 #include "core/json.h"
 #include "ir/onnx_io.h"
+#include "training/ort_checkpoint.h"
 #include "training/safetensors.h"
 
 namespace onnxtrain {
@@ -415,11 +418,23 @@ void CheckpointState::set_optimizer_state(OptimizerState state) {
 
 // ---- files ---------------------------------------------------------------------------
 
+// True when the file starts like an ODTC flatbuffer (a safetensors file starts with its
+// header length, whose bytes 4-7 are zero for any header under 4 GB).
+static bool starts_like_ort_checkpoint(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::array<std::byte, 8> head{};
+  if (!in.read(reinterpret_cast<char*>(head.data()), head.size())) return false;
+  return training::is_ort_checkpoint(head);
+}
+
 CheckpointState load_checkpoint(const fs::path& path, bool verify) {
+  if (starts_like_ort_checkpoint(path)) return training::read_ort_checkpoint(path);
   return StateReader(path, safetensors::read(path), verify).read();
 }
 
-void save_checkpoint(const CheckpointState& state, const fs::path& path, bool include_optimizer_state) {
+void save_checkpoint(const CheckpointState& state, const fs::path& path, bool include_optimizer_state,
+                     CheckpointFormat format) {
+  if (format == CheckpointFormat::kOrt) return training::write_ort_checkpoint(state, path, include_optimizer_state);
   save(state, path, include_optimizer_state, /*nominal=*/false);
 }
 

@@ -9,6 +9,7 @@
 #include "ir/onnx_io.h"
 #include "runtime/executor.h"
 #include "training/model_interface.h"
+#include "training/ort_training_model.h"
 
 namespace onnxtrain {
 namespace {
@@ -117,7 +118,8 @@ struct Module::Model {
 
   Model(const std::filesystem::path& path, const CheckpointState& state, const SessionOptions& options)
       : file(path.filename().string()),
-        executor(std::make_unique<runtime::Executor>(ir::load_model(path), options)),
+        executor(
+            std::make_unique<runtime::Executor>(training::adopt_ort_training_model(ir::load_model(path)), options)),
         roles(sort_roles(*executor, state, file)) {
     for (const ValueMetadata& input : executor->inputs()) {
       if (const Parameter* p = state.find_parameter(input.name)) check_parameter_type(input, *p, file);

@@ -9,6 +9,7 @@
 #include "ir/onnx_io.h"
 #include "runtime/executor.h"
 #include "training/model_interface.h"
+#include "training/ort_training_model.h"
 
 namespace onnxtrain {
 namespace {
@@ -56,13 +57,55 @@ struct Optimizer::Model {
   NamedTensors feeds;
   std::vector<Tensor> destinations;  // per output: the parameter, then its moments
   runtime::Executor::Binding binding;  // of feeds and output_names
+  // Set for onnxruntime-training's optimizer_model.onnx, which runs as this rule instead.
+  std::optional<training::OrtOptimizerRule> ort_rule;
 };
+
+namespace {
+
+// Zeros for each moment the state lacks; a moment of another shape or type is an error.
+void prepare_moments(CheckpointState& state, const std::vector<std::string>& parameters,
+                     const std::vector<std::string>& moments) {
+  if (!state.has_optimizer_state()) state.set_optimizer_state(OptimizerState{0, 1e-3, {}});
+  OptimizerState& optimizer = state.optimizer_state();
+  for (const std::string& name : parameters) {
+    const Tensor& data = state.parameter(name).data;
+    auto& slots = optimizer.moments[name];
+    for (const std::string& moment : moments) {
+      auto [it, fresh] = slots.try_emplace(moment);
+      if (fresh) it->second = Tensor::zeros(data.dtype(), data.shape());
+      if (it->second.dtype() != data.dtype() || it->second.shape() != data.shape()) {
+        throw Error("optimizer state '" + name + "/" + moment + "' is " + std::string(dtype_name(it->second.dtype())) +
+                        shape_string(it->second.shape()) + ", but the parameter is " +
+                        std::string(dtype_name(data.dtype())) + shape_string(data.shape()),
+                    ErrorKind::kInvalidArgument);
+      }
+    }
+  }
+}
+
+}  // namespace
 
 Optimizer::Optimizer(const std::filesystem::path& optimizer_model_path, Module& module)
     : module_(&module), model_(std::make_unique<Model>()) {
   Model& m = *model_;
   m.file = optimizer_model_path.filename().string();
   ir::Model ir_model = ir::load_model(optimizer_model_path);
+  if (const auto rule = training::ort_optimizer_rule(ir_model, m.file)) {
+    // onnxruntime-training's optimizer model updates every trainable parameter.
+    m.ort_rule = *rule;
+    m.moments = training::ort_optimizer_moments(*rule);
+    CheckpointState& state = module.state();
+    for (const Parameter& p : state.parameters()) {
+      if (!p.requires_grad) continue;
+      m.parameters.push_back(p.name);
+      m.parameter_indices.push_back(training::parameter_index(state, p.name));
+    }
+    if (m.parameters.empty())
+      throw Error(m.file + " updates no parameter: none requires a gradient", ErrorKind::kInvalidModel);
+    prepare_moments(state, m.parameters, m.moments);
+    return;
+  }
   if (metadata(ir_model, training::kOptimizerMetadata).empty()) {
     throw Error(m.file + " is not an optimizer model: it lacks the metadata '" +
                     std::string(training::kOptimizerMetadata) + "' that generate_artifacts writes",
@@ -107,22 +150,7 @@ Optimizer::Optimizer(const std::filesystem::path& optimizer_model_path, Module& 
   for (const auto& [name, tensor] : m.feeds) feed_names.push_back(name);
   m.binding = m.executor->bind(feed_names, m.output_names);
 
-  if (!state.has_optimizer_state()) state.set_optimizer_state(OptimizerState{0, 1e-3, {}});
-  OptimizerState& optimizer = state.optimizer_state();
-  for (const std::string& name : m.parameters) {
-    const Tensor& data = state.parameter(name).data;
-    auto& slots = optimizer.moments[name];
-    for (const std::string& moment : m.moments) {
-      auto [it, fresh] = slots.try_emplace(moment);
-      if (fresh) it->second = Tensor::zeros(data.dtype(), data.shape());
-      if (it->second.dtype() != data.dtype() || it->second.shape() != data.shape()) {
-        throw Error("optimizer state '" + name + "/" + moment + "' is " + std::string(dtype_name(it->second.dtype())) +
-                        shape_string(it->second.shape()) + ", but the parameter is " +
-                        std::string(dtype_name(data.dtype())) + shape_string(data.shape()),
-                    ErrorKind::kInvalidArgument);
-      }
-    }
-  }
+  prepare_moments(state, m.parameters, m.moments);
 }
 
 Optimizer::Optimizer(Optimizer&&) noexcept = default;
@@ -144,8 +172,25 @@ void Optimizer::step() {
   CheckpointState& state = module_->state();
   OptimizerState& optimizer = state.optimizer_state();
   const int64_t step = optimizer.step + 1;
-
   const std::span<Parameter> parameters = state.parameters();
+  if (m.ort_rule) {
+    std::vector<Tensor*> moments(m.moments.size());
+    for (size_t index : m.parameter_indices) {
+      Parameter& p = parameters[index];
+      if (!p.grad.defined()) {
+        throw Error(
+            "Optimizer.step(): parameter '" + p.name + "' has no gradient; the training model does not train it",
+            ErrorKind::kInvalidArgument);
+      }
+      auto& slots = optimizer.moments.at(p.name);
+      for (size_t k = 0; k < m.moments.size(); ++k) moments[k] = &slots.at(m.moments[k]);
+      training::ort_optimizer_step(*m.ort_rule, static_cast<float>(optimizer.learning_rate), step, p, moments);
+    }
+    optimizer.step = step;
+    applied_gradient_steps_ = module_->gradient_steps();
+    return;
+  }
+
   set_scalar(m.feeds[0].second, m.learning_rate_dtype == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32,
              optimizer.learning_rate);
   set_scalar(m.feeds[1].second, DType::kInt64, static_cast<double>(step));

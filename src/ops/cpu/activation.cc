@@ -159,6 +159,15 @@ const KernelRegistration kFusedGelu{"org.onnxtrain", "Gelu", 1, kLatestOpset,
                                     [](const KernelInfo&) { return gelu(false); }};
 const KernelRegistration kFusedGeluTanh{"org.onnxtrain", "GeluTanh", 1, kLatestOpset,
                                         [](const KernelInfo&) { return gelu(true); }};
+// onnxruntime-training's fused GELU (erf form) and its tanh approximation.
+const KernelRegistration kMicrosoftGelu{"com.microsoft", "Gelu", 1, kLatestOpset,
+                                        [](const KernelInfo&) { return gelu(false); }};
+const KernelRegistration kMicrosoftFastGelu{"com.microsoft", "FastGelu", 1, kLatestOpset, [](const KernelInfo& info) {
+                                              if (info.node().inputs.size() > 1 && !info.node().inputs[1].empty()) {
+                                                info.fail("FastGelu with a bias input is not supported");
+                                              }
+                                              return gelu(true);
+                                            }};
 
 // y = x for x >= 0, slope * x otherwise; the slope broadcasts to x's shape (one direction only).
 const KernelRegistration kPRelu{"", "PRelu", 7, kLatestOpset, [](const KernelInfo&) {
@@ -294,6 +303,29 @@ class Dropout12 final : public OpKernel {
 
 const KernelRegistration kDropout12{"", "Dropout", 12, kLatestOpset,
                                     [](const KernelInfo& info) { return std::make_unique<Dropout12>(info); }};
+
+// com.microsoft::BiasGelu (A, B): GELU (erf form) of A + B, B broadcast along the last axis.
+const KernelRegistration kMicrosoftBiasGelu{
+    "com.microsoft", "BiasGelu", 1, kLatestOpset, [](const KernelInfo&) {
+      return make_kernel([](KernelContext& ctx) {
+        const Tensor& a = ctx.input(0);
+        const Tensor& b = ctx.input(1);
+        if (a.rank() == 0 || b.rank() != 1 || b.dim(0) != a.dim(a.rank() - 1) || b.dtype() != a.dtype()) {
+          ctx.fail("B must be a vector of A's last dimension and element type");
+        }
+        Tensor& y = ctx.allocate_output(0, a.dtype(), a.shape());
+        dispatch<float, double>(a.dtype(), "BiasGelu", [&]<typename T>() {
+          const T* av = a.data<T>();
+          const T* bv = b.data<T>();
+          T* out = y.data<T>();
+          const int64_t n = b.numel();
+          for (int64_t i = 0; i < a.numel(); ++i) {
+            const T x = av[i] + bv[i % n];
+            out[i] = T(0.5) * x * vector_math::erfc(x * T(-0.70710678118654752440));
+          }
+        });
+      });
+    }};
 
 }  // namespace
 }  // namespace onnxtrain

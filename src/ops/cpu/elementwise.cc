@@ -577,5 +577,30 @@ const KernelRegistration kClip11{"", "Clip", 11, kLatestOpset, [](const KernelIn
                                    });
                                  }};
 
+// com.microsoft::Scale (X, scale) <scale_down>: X * scale, or X / scale with scale_down; the
+// scalar `scale` may be of another numeric type (ORT's gradient of ReduceMean divides by an
+// int64 element count). As ORT's kernel: the factor is a float (1.0f / scale for
+// scale_down) and each element is multiplied by it.
+const KernelRegistration kMicrosoftScale{
+    "com.microsoft", "Scale", 1, kLatestOpset, [](const KernelInfo& info) {
+      const bool scale_down = info.int_attribute("scale_down", 0) != 0;
+      return make_kernel([scale_down](KernelContext& ctx) {
+        const Tensor& x = ctx.input(0);
+        const Tensor& scale = ctx.input(1);
+        if (scale.numel() != 1) ctx.fail("scale has shape " + shape_string(scale.shape()) + ", expected one value");
+        const auto value = static_cast<float>(scale.item_as_double());
+        if (scale_down && value == 0) ctx.fail("scale_down by a zero scale");
+        const float factor = scale_down ? 1.0f / value : value;
+        Tensor& y = ctx.allocate_output_in_place(0, 0, x.dtype(), x.shape());
+        dispatch<float, double, Float16, BFloat16>(x.dtype(), "Scale", [&]<typename T>() {
+          using C = compute_type_t<T>;
+          const auto s = static_cast<C>(factor);
+          const T* in = x.data<T>();
+          T* out = y.data<T>();
+          for (int64_t i = 0; i < x.numel(); ++i) out[i] = static_cast<T>(C(in[i]) * s);
+        });
+      });
+    }};
+
 }  // namespace
 }  // namespace onnxtrain

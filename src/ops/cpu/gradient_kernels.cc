@@ -4,8 +4,10 @@
 // both on random inputs.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -999,6 +1001,185 @@ const KernelRegistration kSoftmaxCrossEntropyLossGrad{
           dispatch<int32_t, int64_t>(label.dtype(), "SoftmaxCrossEntropyLossGrad labels", [&]<typename L>() {
             softmax_cross_entropy_grad<T, L>(dy, log_prob, label, mean, out);
           });
+        });
+      });
+    }};
+
+// ---- com.microsoft: the gradient ops of onnxruntime-training's artifacts ----
+// Where ORT's op computes what an org.onnxtrain op above computes, the same kernel runs it
+// (ReluGrad reads X where ours reads Y: X > 0 exactly where Relu's Y > 0).
+
+constexpr const char* kMicrosoftDomain = "com.microsoft";
+
+// The factory of org.onnxtrain::`op_type`, registered above in this file (static
+// initialization runs in order within one file).
+KernelFactory same_kernel_as(const char* op_type) {
+  const KernelDef* def = KernelRegistry::global().find(kDomain, op_type, 1);
+  if (def == nullptr) throw Error(std::string("no org.onnxtrain kernel '") + op_type + "' to share");
+  return def->create;
+}
+
+const KernelRegistration kMicrosoftGeluGrad{kMicrosoftDomain, "GeluGrad", 1, kLatestOpset, same_kernel_as("GeluGrad")};
+const KernelRegistration kMicrosoftFastGeluGrad{kMicrosoftDomain, "FastGeluGrad", 1, kLatestOpset,
+                                                same_kernel_as("GeluTanhGrad")};
+// Opset-13 softmax: one axis, as org.onnxtrain's.
+const KernelRegistration kMicrosoftSoftmaxGrad13{kMicrosoftDomain, "SoftmaxGrad_13", 1, kLatestOpset,
+                                                 same_kernel_as("SoftmaxGrad")};
+const KernelRegistration kMicrosoftLogSoftmaxGrad13{kMicrosoftDomain, "LogSoftmaxGrad_13", 1, kLatestOpset,
+                                                    same_kernel_as("LogSoftmaxGrad")};
+// (dY, X, scale, mean, inv_std_dev) => (dX, dScale, dB), the same inputs and outputs.
+const KernelRegistration kMicrosoftLayerNormalizationGrad{kMicrosoftDomain, "LayerNormalizationGrad", 1, kLatestOpset,
+                                                          same_kernel_as("LayerNormalizationGrad")};
+// (dY, X, W) => (dX, dW, dB) with Conv's attributes.
+const KernelRegistration kMicrosoftConvGrad{kMicrosoftDomain, "ConvGrad", 1, kLatestOpset, same_kernel_as("ConvGrad")};
+// ORT's (dY, X, scale, saved_mean, saved_inv_std): the saved batch statistics are what
+// org.onnxtrain's kernel recomputes from X, so it reads the first three inputs only.
+const KernelRegistration kMicrosoftBatchNormalizationGrad{kMicrosoftDomain, "BatchNormalizationGrad", 1, kLatestOpset,
+                                                          same_kernel_as("BatchNormalizationGrad")};
+
+const KernelRegistration kMicrosoftReluGrad{
+    kMicrosoftDomain, "ReluGrad", 1, kLatestOpset,
+    elementwise_grad("ReluGrad", [](auto dy, auto x) { return x > decltype(x)(0) ? dy : decltype(x)(0); })};
+
+const KernelRegistration kMicrosoftSigmoidGrad{
+    kMicrosoftDomain, "SigmoidGrad", 1, kLatestOpset,
+    elementwise_grad("SigmoidGrad", [](auto dy, auto y) { return dy * (y * (decltype(y)(1) - y)); })};
+
+const KernelRegistration kMicrosoftTanhGrad{
+    kMicrosoftDomain, "TanhGrad", 1, kLatestOpset,
+    elementwise_grad("TanhGrad", [](auto dy, auto y) { return dy * (decltype(y)(1) - y * y); })};
+
+// ORT's SoftmaxCrossEntropyLossGrad (dY, log_prob, label, weight?) <reduction, ignore_index>:
+// classes on axis 1; a label equal to ignore_index contributes nothing; "mean" divides by
+// the summed weights of the other labels (their count without weights), as the loss does.
+template <typename T, typename L>
+void ort_softmax_cross_entropy_grad(const Tensor& dy, const Tensor& log_prob, const Tensor& label, const Tensor* weight,
+                                    bool mean, std::optional<int64_t> ignore_index, Tensor& out) {
+  using C = compute_type_t<T>;
+  const int64_t n = log_prob.dim(0), classes = log_prob.dim(1);
+  const int64_t inner = n && classes ? log_prob.numel() / (n * classes) : 0;
+  const L* labels = label.data<L>();
+  const auto label_weight = [&](int64_t at) -> C {
+    const auto target = static_cast<int64_t>(labels[at]);
+    if (ignore_index && target == *ignore_index) return C(0);
+    return weight ? C(weight->data<T>()[target]) : C(1);
+  };
+  C total = 0;
+  for (int64_t at = 0; at < label.numel(); ++at) total += label_weight(at);
+  const C scale = mean && total != C(0) ? C(1) / total : C(1);
+  const T* lp = log_prob.data<T>();
+  const T* g = dy.data<T>();
+  const bool per_label = dy.numel() != 1;
+  T* o = out.data<T>();
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t i = 0; i < inner; ++i) {
+      const int64_t at = b * inner + i;
+      const auto target = static_cast<int64_t>(labels[at]);
+      const C w = label_weight(at) * C(g[per_label ? at : 0]) * scale;
+      for (int64_t k = 0; k < classes; ++k) {
+        const int64_t index = (b * classes + k) * inner + i;
+        const C p = vector_math::exp(C(lp[index]));
+        o[index] = static_cast<T>((k == target ? p - C(1) : p) * w);
+      }
+    }
+  }
+}
+
+const KernelRegistration kMicrosoftSoftmaxCrossEntropyLossGrad{
+    kMicrosoftDomain, "SoftmaxCrossEntropyLossGrad", 1, kLatestOpset, [](const KernelInfo& info) {
+      const std::string reduction = info.string_attribute("reduction", "mean");
+      if (reduction != "mean" && reduction != "sum" && reduction != "none") {
+        info.fail("reduction must be mean, sum or none, got '" + reduction + "'");
+      }
+      std::optional<int64_t> ignore_index;
+      if (info.node().attribute("ignore_index") != nullptr) ignore_index = info.int_attribute("ignore_index");
+      return make_kernel([mean = reduction == "mean", ignore_index](KernelContext& ctx) {
+        const Tensor& dy = ctx.input(0);
+        const Tensor& log_prob = ctx.input(1);
+        const Tensor& label = ctx.input(2);
+        const Tensor* weight = ctx.has_input(3) ? &ctx.input(3) : nullptr;
+        if (log_prob.rank() < 2) ctx.fail("log_prob needs a class axis");
+        const int64_t classes = log_prob.dim(1);
+        if (label.numel() * classes != log_prob.numel())
+          ctx.fail("label must have the shape of log_prob without axis 1");
+        if (dy.numel() != 1 && dy.numel() != label.numel()) ctx.fail("dY must hold one value or one per label");
+        if (weight && (weight->numel() != classes || weight->dtype() != log_prob.dtype())) {
+          ctx.fail("weight must hold one " + std::string(dtype_name(log_prob.dtype())) + " per class");
+        }
+        if (dy.dtype() != log_prob.dtype()) ctx.fail("dY and log_prob have different element types");
+        Tensor& out = ctx.allocate_output(0, log_prob.dtype(), log_prob.shape());
+        dispatch<float, double>(log_prob.dtype(), "SoftmaxCrossEntropyLossGrad", [&]<typename T>() {
+          dispatch<int32_t, int64_t>(label.dtype(), "SoftmaxCrossEntropyLossGrad labels", [&]<typename L>() {
+            for (int64_t at = 0; at < label.numel(); ++at) {
+              const auto target = static_cast<int64_t>(label.data<L>()[at]);
+              if ((!ignore_index || target != *ignore_index) && (target < 0 || target >= classes)) {
+                ctx.fail("label " + std::to_string(target) + " is outside [0, " + std::to_string(classes) + ")");
+              }
+            }
+            ort_softmax_cross_entropy_grad<T, L>(dy, log_prob, label, weight, mean, ignore_index, out);
+          });
+        });
+      });
+    }};
+
+// dY * GeluGrad(X + B), B broadcast along the last axis (ORT fuses the bias of a Gemm/MatMul).
+const KernelRegistration kMicrosoftBiasGeluGradDx{
+    kMicrosoftDomain, "BiasGeluGrad_dX", 1, kLatestOpset, [](const KernelInfo&) {
+      return make_kernel([](KernelContext& ctx) {
+        const Tensor& dy = ctx.input(0);
+        const Tensor& x = ctx.input(1);
+        const Tensor& b = ctx.input(2);
+        check_same_shape(ctx, dy, x, "BiasGeluGrad_dX");
+        if (x.rank() == 0 || b.rank() != 1 || b.dim(0) != x.dim(x.rank() - 1) || b.dtype() != x.dtype()) {
+          ctx.fail("B must be a vector of X's last dimension and element type");
+        }
+        Tensor& dx = ctx.allocate_output(0, x.dtype(), x.shape());
+        dispatch<float, double>(x.dtype(), "BiasGeluGrad_dX", [&]<typename T>() {
+          const T* g = dy.data<T>();
+          const T* xv = x.data<T>();
+          const T* bv = b.data<T>();
+          T* out = dx.data<T>();
+          const int64_t n = b.numel();
+          for (int64_t i = 0; i < x.numel(); ++i) {
+            const T v = xv[i] + bv[i % n];
+            const T cdf = T(0.5) * vector_math::erfc(v * T(-0.70710678118654752));
+            const T density = vector_math::exp(T(-0.5) * v * v) * T(0.39894228040143268);
+            out[i] = g[i] * (cdf + v * density);
+          }
+        });
+      });
+    }};
+
+// ZeroGradient (gradient, reset_signal) => zeros like the gradient.
+const KernelRegistration kMicrosoftZeroGradient{kMicrosoftDomain, "ZeroGradient", 1, kLatestOpset,
+                                                [](const KernelInfo&) {
+                                                  return make_kernel([](KernelContext& ctx) {
+                                                    const Tensor& g = ctx.input(0);
+                                                    Tensor& out = ctx.allocate_output(0, g.dtype(), g.shape());
+                                                    std::memset(out.raw_data(), 0, out.nbytes());
+                                                  });
+                                                }};
+
+// DropoutGrad (dY, mask, ratio = 0.5, training_mode): dY * mask / (1 - ratio). As ORT's
+// kernel, whatever training_mode says (the recorded ORT run shows it: a mask from an eval
+// forward pass is all true, and ORT scales anyway).
+const KernelRegistration kMicrosoftDropoutGrad{
+    kMicrosoftDomain, "DropoutGrad", 1, kLatestOpset, [](const KernelInfo&) {
+      return make_kernel([](KernelContext& ctx) {
+        const Tensor& dy = ctx.input(0);
+        const Tensor& mask = ctx.input(1);
+        if (mask.dtype() != DType::kBool || mask.shape() != dy.shape()) {
+          ctx.fail("mask must be bool and of dY's shape " + shape_string(dy.shape()));
+        }
+        const double ratio = ctx.has_input(2) ? ctx.input(2).item_as_double() : 0.5;
+        if (!(ratio >= 0 && ratio < 1)) ctx.fail("ratio must be in [0, 1), got " + std::to_string(ratio));
+        Tensor& dx = ctx.allocate_output(0, dy.dtype(), dy.shape());
+        dispatch<float, double>(dy.dtype(), "DropoutGrad", [&]<typename T>() {
+          const T* g = dy.data<T>();
+          const bool* m = mask.data<bool>();
+          T* out = dx.data<T>();
+          const T scale = static_cast<T>(1.0 / (1.0 - ratio));
+          for (int64_t i = 0; i < dy.numel(); ++i) out[i] = m[i] ? g[i] * scale : T(0);
         });
       });
     }};

@@ -494,5 +494,88 @@ class GemmKernel final : public OpKernel {
 const KernelRegistration kGemm{"", "Gemm", 6, kLatestOpset,
                                [](const KernelInfo& info) { return std::make_unique<GemmKernel>(info); }};
 
+// ---- com.microsoft::FusedMatMul: alpha * op(A) @ op(B), op a transpose of the last two axes ----
+// onnxruntime-training's gradient graphs use it for MatMul's input gradients. A plain loop:
+// those products are the small ones of a backward pass; transBatchA/B (transposes that move
+// the batch axes) are refused.
+
+// The element offset of batch index `flat` (over `out_batch`) in an operand with `batch`
+// dims (right-aligned, broadcast where 1), each matrix `matrix` elements.
+int64_t batch_offset(int64_t flat, const Shape& out_batch, const Shape& batch, int64_t matrix) {
+  int64_t offset = 0, stride = matrix;
+  const size_t skip = out_batch.size() - batch.size();
+  for (size_t i = out_batch.size(); i-- > 0;) {
+    const int64_t index = flat % out_batch[i];
+    flat /= out_batch[i];
+    if (i < skip) continue;
+    const int64_t size = batch[i - skip];
+    if (size != 1) offset += index * stride;
+    stride *= size;
+  }
+  return offset;
+}
+
+template <typename T>
+void fused_matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, T alpha, Tensor& y,
+                  const Shape& out_batch) {
+  const size_t ra = a.rank(), rb = b.rank();
+  const int64_t m = trans_a ? a.dim(ra - 1) : a.dim(ra - 2), k = trans_a ? a.dim(ra - 2) : a.dim(ra - 1);
+  const int64_t n = trans_b ? b.dim(rb - 2) : b.dim(rb - 1);
+  const Shape a_batch(a.shape().begin(), a.shape().end() - 2), b_batch(b.shape().begin(), b.shape().end() - 2);
+  int64_t batches = 1;
+  for (int64_t d : out_batch) batches *= d;
+  const T* pa = a.data<T>();
+  const T* pb = b.data<T>();
+  T* py = y.data<T>();
+  for (int64_t batch = 0; batch < batches; ++batch) {
+    const T* ma = pa + batch_offset(batch, out_batch, a_batch, m * k);
+    const T* mb = pb + batch_offset(batch, out_batch, b_batch, k * n);
+    T* my = py + batch * m * n;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        T sum = 0;
+        for (int64_t l = 0; l < k; ++l)
+          sum += (trans_a ? ma[l * m + i] : ma[i * k + l]) * (trans_b ? mb[j * k + l] : mb[l * n + j]);
+        my[i * n + j] = alpha * sum;
+      }
+    }
+  }
+}
+
+const KernelRegistration kMicrosoftFusedMatMul{
+    "com.microsoft", "FusedMatMul", 1, kLatestOpset, [](const KernelInfo& info) {
+      if (info.int_attribute("transBatchA", 0) != 0 || info.int_attribute("transBatchB", 0) != 0) {
+        info.fail("transBatchA and transBatchB are not supported");
+      }
+      const bool trans_a = info.int_attribute("transA", 0) != 0, trans_b = info.int_attribute("transB", 0) != 0;
+      const float alpha = info.float_attribute("alpha", 1.0f);
+      return make_kernel([=](KernelContext& ctx) {
+        const Tensor& a = ctx.input(0);
+        const Tensor& b = ctx.input(1);
+        check_same_dtype(ctx, a, b, "A", "B");
+        if (a.rank() < 2 || b.rank() < 2) ctx.fail("A and B need 2 axes at least");
+        const int64_t k_a = trans_a ? a.dim(a.rank() - 2) : a.dim(a.rank() - 1);
+        const int64_t k_b = trans_b ? b.dim(b.rank() - 1) : b.dim(b.rank() - 2);
+        if (k_a != k_b) {
+          ctx.fail("op(A) " + shape_string(a.shape()) + " and op(B) " + shape_string(b.shape()) +
+                   " do not chain (inner sizes " + std::to_string(k_a) + " and " + std::to_string(k_b) + ")");
+        }
+        const Shape a_batch(a.shape().begin(), a.shape().end() - 2), b_batch(b.shape().begin(), b.shape().end() - 2);
+        Shape out = broadcast_shapes(a_batch, b_batch);
+        const Shape out_batch = out;
+        out.push_back(trans_a ? a.dim(a.rank() - 1) : a.dim(a.rank() - 2));
+        out.push_back(trans_b ? b.dim(b.rank() - 2) : b.dim(b.rank() - 1));
+        Tensor& y = ctx.allocate_output(0, a.dtype(), out);
+        dispatch<float, double>(a.dtype(), "FusedMatMul", [&]<typename T>() {
+          fused_matmul<T>(a, b, trans_a, trans_b, static_cast<T>(alpha), y, out_batch);
+        });
+      });
+    }};
+
+// TransposeMatMul: FusedMatMul's older name, the same attributes.
+const KernelRegistration kMicrosoftTransposeMatMul{
+    "com.microsoft", "TransposeMatMul", 1, kLatestOpset,
+    KernelRegistry::global().find("com.microsoft", "FusedMatMul", 1)->create};
+
 }  // namespace
 }  // namespace onnxtrain

@@ -96,8 +96,10 @@ struct ChannelView {
 
 class BatchNormKernel final : public OpKernel {
  public:
-  explicit BatchNormKernel(const KernelInfo& info)
-      : epsilon_(info.float_attribute("epsilon", 1e-5f)),
+  // `saves_inv_std`: output 4 is 1 / sqrt(var + epsilon), not var (ORT's BatchNormInternal).
+  explicit BatchNormKernel(const KernelInfo& info, bool saves_inv_std = false)
+      : saves_inv_std_(saves_inv_std),
+        epsilon_(info.float_attribute("epsilon", 1e-5f)),
         momentum_(info.float_attribute("momentum", 0.9f)),
         // Before opset 14 a node trains when it asks for the statistics outputs.
         training_(info.opset() >= 14 ? info.int_attribute("training_mode", 0) != 0 : info.output_count() > 1),
@@ -175,6 +177,9 @@ class BatchNormKernel final : public OpKernel {
       new_mean[c] = running_mean[c] * momentum_ + mean[c] * (1.0 - momentum_);
       new_var[c] = running_var[c] * momentum_ + var[c] * (1.0 - momentum_);
     }
+    if (saves_inv_std_) {
+      for (double& value : var) value = 1.0 / std::sqrt(value + epsilon_);
+    }
     const std::vector<double>* outputs[] = {&new_mean, &new_var, &mean, &var};
     const Tensor* like[] = {&input_mean, &input_var, &input_mean, &input_var};
     for (size_t i = 1; i < ctx.output_count() && i <= 4; ++i) {
@@ -184,6 +189,7 @@ class BatchNormKernel final : public OpKernel {
     }
   }
 
+  bool saves_inv_std_;
   float epsilon_, momentum_;
   bool training_, per_activation_;
 };
@@ -191,6 +197,13 @@ class BatchNormKernel final : public OpKernel {
 const KernelRegistration kBatchNormalization{"", "BatchNormalization", 6, kLatestOpset, [](const KernelInfo& info) {
                                                return std::make_unique<BatchNormKernel>(info);
                                              }};
+// onnxruntime-training's training-mode BatchNormalization: (X, scale, B, mean, var) =>
+// (Y, running_mean, running_var, saved_mean, saved_inv_std).
+const KernelRegistration kMicrosoftBatchNormInternal{
+    "com.microsoft", "BatchNormInternal", 1, kLatestOpset, [](const KernelInfo& info) {
+      if (info.int_attribute("training_mode", 1) == 0) info.fail("BatchNormInternal runs in training mode only");
+      return std::make_unique<BatchNormKernel>(info, /*saves_inv_std=*/true);
+    }};
 
 // ---- LayerNormalization ----
 

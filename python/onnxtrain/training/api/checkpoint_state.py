@@ -164,7 +164,8 @@ class CheckpointState:
 
     @classmethod
     def load_checkpoint(cls, checkpoint_uri: str | os.PathLike[str], verify: bool = True) -> CheckpointState:
-        """Loads a checkpoint (full or nominal) or any safetensors file.
+        """Loads a checkpoint (full or nominal), any safetensors file, or a checkpoint that
+        onnxruntime-training wrote (its ODTC flatbuffer, recognised by its file identifier).
 
         A truncated or corrupt file raises RuntimeError naming the file and the tensor. With
         ``verify`` (the default) each tensor's bytes are checked against the CRC-32C saved
@@ -176,16 +177,22 @@ class CheckpointState:
 
     @classmethod
     def save_checkpoint(
-        cls, state: CheckpointState, checkpoint_uri: str | os.PathLike[str], include_optimizer_state: bool = False
+        cls,
+        state: CheckpointState,
+        checkpoint_uri: str | os.PathLike[str],
+        include_optimizer_state: bool = False,
+        format: str = "onnxtrain",
     ) -> None:
         """Saves parameters and properties (and the optimizer state when asked) atomically.
 
         A process killed while saving leaves the previous file at ``checkpoint_uri`` intact.
+        ``format="ort"`` writes the ODTC flatbuffer that onnxruntime-training 1.19.2 loads;
+        the default is onnxtrain's safetensors file.
         """
         if not isinstance(state, CheckpointState):
             raise TypeError(f"save_checkpoint takes a CheckpointState, not {type(state).__name__}")
-        _C.save_checkpoint(state._state, os.fspath(checkpoint_uri), include_optimizer_state)
-        logger.info("saved checkpoint %s%s", os.fspath(checkpoint_uri),
+        _C.save_checkpoint(state._state, os.fspath(checkpoint_uri), include_optimizer_state, format)
+        logger.info("saved checkpoint %s (%s format)%s", os.fspath(checkpoint_uri), format,
                     " with the optimizer state" if include_optimizer_state else "")
 
     @property

@@ -1,0 +1,364 @@
+#include "training/ort_checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <map>
+
+#include "core/file.h"
+#include "training/flatbuffer.h"
+
+namespace onnxtrain::training {
+namespace fs = std::filesystem;
+using flatbuffer::Table;
+using flatbuffer::Vector;
+
+namespace {
+
+constexpr std::string_view kIdentifier = "ODTC";
+constexpr const char* kGroupName = "group0";
+constexpr uint64_t kMaxNominalBytes = uint64_t{1} << 31;  // what one flatbuffer can hold
+
+// Field indices of the schema (see the header).
+namespace field {
+enum Checkpoint { kVersion, kModuleState, kOptimizerGroups, kPropertyBag };
+enum ModuleState { kRequiresGrad, kFrozen, kNominal, kExternalData };
+enum OptimizerGroup { kGroupName, kStep, kInitialLearningRate, kOptimizerStates };
+enum ParameterState { kParamName, kMomentums };
+enum PropertyBag { kInts, kFloats, kStrings };
+enum Property { kName, kValue };
+enum Tensor { kTensorName, kDocString, kDims, kDataType, kRawData, kStringData, kExternalDataOffset };
+}  // namespace field
+
+// onnxtrain's moment names and ORT's slots for them (an ORT file keeps ORT's names).
+constexpr std::pair<std::string_view, std::string_view> kMomentNames[] = {
+    {"exp_avg", "momentum0"}, {"exp_avg_sq", "momentum1"}, {"momentum_buffer", "momentum0"}};
+
+std::string moment_to_ort(const std::string& name) {
+  for (const auto& [ours, ort] : kMomentNames) {
+    if (name == ours) return std::string(ort);
+  }
+  return name;
+}
+
+// ---- reading -------------------------------------------------------------------------
+
+class OrtCheckpointReader {
+ public:
+  OrtCheckpointReader(std::span<const std::byte> bytes, const std::string& what) : in_(bytes, what) {}
+
+  CheckpointState read() {
+    const Table root = in_.root(kIdentifier);
+    const auto version = in_.scalar<int32_t>(root, field::kVersion, 0);
+    if (version < 1 || version > kOrtCheckpointVersion) {
+      in_.fail("checkpoint version " + std::to_string(version) + " is not one onnxtrain reads (1 to " +
+               std::to_string(kOrtCheckpointVersion) + ", what onnxruntime-training 1.19.2 writes)");
+    }
+    CheckpointState state;
+    Table module;
+    if (in_.table(root, field::kModuleState, module, "the module state")) read_module(module, state);
+    read_optimizer(root, state);
+    Table bag;
+    if (in_.table(root, field::kPropertyBag, bag, "the property bag")) read_properties(bag, state);
+    return state;
+  }
+
+ private:
+  void read_module(Table module, CheckpointState& state) {
+    if (in_.scalar<uint8_t>(module, field::kExternalData, 0) != 0) {
+      in_.fail("the parameters are in an external data file, which onnxtrain does not read yet");
+    }
+    nominal_ = in_.scalar<uint8_t>(module, field::kNominal, 0) != 0;
+    state.set_nominal(nominal_);
+    for (const auto& [list, requires_grad] :
+         {std::pair{field::kRequiresGrad, true}, std::pair{field::kFrozen, false}}) {
+      const Vector tensors = in_.vector(module, list, 4, "the parameter list");
+      for (uint32_t i = 0; i < tensors.size; ++i) {
+        auto [name, data] = read_tensor(in_.table_at(tensors, i, "a parameter"), nominal_);
+        if (state.has_parameter(name)) in_.fail("parameter '" + name + "' is stored twice");
+        if (requires_grad && !is_floating(data.dtype())) {
+          in_.fail("parameter '" + name + "' requires a gradient but holds " + std::string(dtype_name(data.dtype())));
+        }
+        state.add_parameter(std::move(name), std::move(data), requires_grad);
+      }
+    }
+  }
+
+  void read_optimizer(Table root, CheckpointState& state) {
+    const Vector groups = in_.vector(root, field::kOptimizerGroups, 4, "the optimizer groups");
+    if (groups.size == 0) return;
+    if (groups.size > 1) {
+      in_.fail(std::to_string(groups.size) +
+               " optimizer groups; onnxruntime-training writes one and onnxtrain keeps one");
+    }
+    const Table group = in_.table_at(groups, 0, "the optimizer group");
+    OptimizerState optimizer;
+    optimizer.step = in_.scalar<int64_t>(group, field::kStep, 0);
+    optimizer.learning_rate = in_.scalar<float>(group, field::kInitialLearningRate, 0.0f);
+    if (optimizer.step < 0) in_.fail("the optimizer step is negative (" + std::to_string(optimizer.step) + ")");
+    const Vector parameters = in_.vector(group, field::kOptimizerStates, 4, "the optimizer states");
+    for (uint32_t i = 0; i < parameters.size; ++i) {
+      const Table entry = in_.table_at(parameters, i, "a parameter's optimizer state");
+      const std::string parameter = in_.string(entry, field::kParamName, "a parameter name");
+      const Parameter* p = state.find_parameter(parameter);
+      if (p == nullptr) in_.fail("the optimizer state names parameter '" + parameter + "', which the checkpoint lacks");
+      auto& slots = optimizer.moments[parameter];
+      const Vector momentums = in_.vector(entry, field::kMomentums, 4, "the momentums");
+      for (uint32_t k = 0; k < momentums.size; ++k) {
+        auto [name, data] = read_tensor(in_.table_at(momentums, k, "a momentum"), false);
+        if (data.dtype() != p->data.dtype() || data.shape() != p->data.shape()) {
+          in_.fail("momentum '" + name + "' of '" + parameter + "' is " + std::string(dtype_name(data.dtype())) +
+                   shape_string(data.shape()) + ", the parameter " + std::string(dtype_name(p->data.dtype())) +
+                   shape_string(p->data.shape()));
+        }
+        if (!slots.emplace(name, std::move(data)).second) {
+          in_.fail("momentum '" + name + "' of '" + parameter + "' is stored twice");
+        }
+      }
+    }
+    state.set_optimizer_state(std::move(optimizer));
+  }
+
+  void read_properties(Table bag, CheckpointState& state) {
+    const auto each = [&](int list, const char* what, auto read_value) {
+      const Vector entries = in_.vector(bag, list, 4, what);
+      for (uint32_t i = 0; i < entries.size; ++i) {
+        const Table entry = in_.table_at(entries, i, what);
+        const std::string name = in_.string(entry, field::kName, "a property name");
+        if (name.empty()) in_.fail(std::string(what) + " without a name");
+        state.properties()[name] = read_value(entry);
+      }
+    };
+    each(field::kInts, "an int property",
+         [&](Table e) { return PropertyValue{in_.scalar<int64_t>(e, field::kValue, 0)}; });
+    each(field::kFloats, "a float property",
+         [&](Table e) { return PropertyValue{static_cast<double>(in_.scalar<float>(e, field::kValue, 0.0f))}; });
+    each(field::kStrings, "a string property",
+         [&](Table e) { return PropertyValue{in_.string(e, field::kValue, "a string property")}; });
+  }
+
+  std::pair<std::string, Tensor> read_tensor(Table t, bool nominal) {
+    std::string name = in_.string(t, field::kTensorName, "a tensor name");
+    if (name.empty()) in_.fail("a tensor without a name");
+    const std::string what = "tensor '" + name + "'";
+    const auto code = in_.scalar<int32_t>(t, field::kDataType, 0);
+    const DType dtype = dtype_from_onnx(code);
+    if (dtype == DType::kUndefined || !is_supported(dtype) || dtype == DType::kString) {
+      in_.fail(what + " has element type " + std::to_string(code) + ", which onnxtrain cannot hold");
+    }
+    const Vector dims = in_.vector(t, field::kDims, 8, "the dims");
+    Shape shape;
+    uint64_t bytes = dtype_size(dtype);
+    for (uint32_t i = 0; i < dims.size; ++i) {
+      const auto d = in_.scalar_at<int64_t>(dims, i);
+      if (d < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) {
+        in_.fail(what + " has an invalid dimension " + std::to_string(d));
+      }
+      shape.push_back(d);
+    }
+    if (in_.scalar<int64_t>(t, field::kExternalDataOffset, -1) != -1) {
+      in_.fail(what + " lies in an external data file, which onnxtrain does not read yet");
+    }
+    const Vector raw = in_.vector(t, field::kRawData, 1, "the raw data");
+    if (nominal) {
+      if (raw.size != 0) in_.fail(what + " holds data in a nominal checkpoint");
+      // ORT writes no dims here; dims that a file could not have held are refused before
+      // the zeros are allocated.
+      if (bytes > kMaxNominalBytes) in_.fail(what + ": " + shape_string(shape) + " is too large for a nominal tensor");
+      return {std::move(name), Tensor::zeros(dtype, std::move(shape))};
+    }
+    if (raw.size != bytes) {
+      in_.fail(what + " holds " + std::to_string(raw.size) + " bytes; " + std::string(dtype_name(dtype)) +
+               shape_string(shape) + " needs " + std::to_string(bytes));
+    }
+    Tensor tensor = Tensor::empty(dtype, std::move(shape));
+    if (bytes != 0) std::memcpy(tensor.raw_data(), in_.bytes(raw).data(), bytes);
+    return {std::move(name), std::move(tensor)};
+  }
+
+  flatbuffer::Reader in_;
+  bool nominal_ = false;
+};
+
+// ---- writing -------------------------------------------------------------------------
+
+class OrtCheckpointWriter {
+ public:
+  std::vector<std::byte> write(const CheckpointState& state, bool include_optimizer_state) {
+    flatbuffer::Writer::TableFields fields;
+    fields.scalar<int32_t>(field::kVersion, kOrtCheckpointVersion);
+    fields.offset(field::kModuleState);
+    fields.offset(field::kOptimizerGroups);
+    const bool has_properties = !state.properties().empty();
+    if (has_properties) fields.offset(field::kPropertyBag);
+    const auto root = out_.table(fields);
+    out_.set_root(root.position);
+    out_.set_offset(root.slot[field::kModuleState], write_module(state));
+    const bool with_optimizer = include_optimizer_state && state.has_optimizer_state();
+    out_.set_offset(root.slot[field::kOptimizerGroups], write_groups(state, with_optimizer));
+    if (has_properties) out_.set_offset(root.slot[field::kPropertyBag], write_properties(state.properties()));
+    return out_.bytes();
+  }
+
+ private:
+  // ORT stores each list sorted by name.
+  static std::vector<const Parameter*> sorted(const CheckpointState& state, bool requires_grad) {
+    std::vector<const Parameter*> list;
+    for (const Parameter& p : state.parameters()) {
+      if (p.requires_grad == requires_grad) list.push_back(&p);
+    }
+    std::sort(list.begin(), list.end(), [](auto* a, auto* b) { return a->name < b->name; });
+    return list;
+  }
+
+  uint32_t write_module(const CheckpointState& state) {
+    flatbuffer::Writer::TableFields fields;
+    fields.offset(field::kRequiresGrad);
+    fields.offset(field::kFrozen);
+    if (state.is_nominal()) fields.scalar<uint8_t>(field::kNominal, 1);
+    const auto module = out_.table(fields);
+    for (const auto& [list, requires_grad] :
+         {std::pair{field::kRequiresGrad, true}, std::pair{field::kFrozen, false}}) {
+      std::vector<std::pair<std::string, const Tensor*>> tensors;
+      for (const Parameter* p : sorted(state, requires_grad)) tensors.emplace_back(p->name, &p->data);
+      out_.set_offset(module.slot[list], write_tensors(tensors, state.is_nominal()));
+    }
+    return module.position;
+  }
+
+  uint32_t write_groups(const CheckpointState& state, bool with_optimizer) {
+    uint32_t vector = 0;
+    const auto slots = out_.offsets(with_optimizer ? 1 : 0, vector);
+    if (!with_optimizer) return vector;
+    const OptimizerState& optimizer = state.optimizer_state();
+    flatbuffer::Writer::TableFields fields;
+    fields.offset(field::kGroupName);
+    fields.scalar<int64_t>(field::kStep, optimizer.step);
+    fields.scalar<float>(field::kInitialLearningRate, static_cast<float>(optimizer.learning_rate));
+    fields.offset(field::kOptimizerStates);
+    const auto group = out_.table(fields);
+    out_.set_offset(slots[0], group.position);
+    out_.set_offset(group.slot[field::kGroupName], out_.string(kGroupName));
+
+    uint32_t states = 0;
+    // An entry per parameter with moments and per trainable one: ORT's optimizer looks up
+    // each parameter it trains. A std::map: sorted by name, as ORT writes them.
+    std::map<std::string, std::map<std::string, Tensor, std::less<>>, std::less<>> all = optimizer.moments;
+    for (const Parameter& p : state.parameters()) {
+      if (p.requires_grad) all.try_emplace(p.name);
+    }
+    const auto entries = out_.offsets(all.size(), states);
+    out_.set_offset(group.slot[field::kOptimizerStates], states);
+    size_t i = 0;
+    for (const auto& [parameter, moments] : all) {
+      flatbuffer::Writer::TableFields entry_fields;
+      entry_fields.offset(field::kParamName);
+      entry_fields.offset(field::kMomentums);
+      const auto entry = out_.table(entry_fields);
+      out_.set_offset(entries[i++], entry.position);
+      out_.set_offset(entry.slot[field::kParamName], out_.string(parameter));
+      std::vector<std::pair<std::string, const Tensor*>> tensors;
+      for (const auto& [name, tensor] : moments) tensors.emplace_back(moment_to_ort(name), &tensor);
+      // ORT's optimizers all expect at least "momentum0" per parameter (its SGD keeps an
+      // unused one); onnxtrain's plain SGD keeps none.
+      Tensor unused;
+      if (tensors.empty()) {
+        const Tensor& data = state.parameter(parameter).data;
+        unused = Tensor::zeros(data.dtype(), data.shape());
+        tensors.emplace_back("momentum0", &unused);
+      }
+      std::sort(tensors.begin(), tensors.end());
+      out_.set_offset(entry.slot[field::kMomentums], write_tensors(tensors, false));
+    }
+    return vector;
+  }
+
+  uint32_t write_tensors(const std::vector<std::pair<std::string, const Tensor*>>& tensors, bool nominal) {
+    uint32_t vector = 0;
+    const auto slots = out_.offsets(tensors.size(), vector);
+    for (size_t i = 0; i < tensors.size(); ++i)
+      out_.set_offset(slots[i], write_tensor(tensors[i].first, *tensors[i].second, nominal));
+    return vector;
+  }
+
+  uint32_t write_tensor(const std::string& name, const Tensor& tensor, bool nominal) {
+    if (!tensor.defined()) {
+      throw Error("cannot save an ORT checkpoint: tensor '" + name + "' holds no data", ErrorKind::kInvalidArgument);
+    }
+    flatbuffer::Writer::TableFields fields;
+    fields.offset(field::kTensorName);
+    fields.offset(field::kDims);
+    fields.scalar<int32_t>(field::kDataType, static_cast<int32_t>(tensor.dtype()));
+    if (!nominal) fields.offset(field::kRawData);
+    const auto table = out_.table(fields);
+    out_.set_offset(table.slot[field::kTensorName], out_.string(name));
+    const Shape& shape = tensor.shape();
+    out_.set_offset(table.slot[field::kDims], out_.scalars(shape.data(), shape.size(), sizeof(int64_t)));
+    if (!nominal) {
+      out_.set_offset(table.slot[field::kRawData], out_.scalars(tensor.raw_data(), tensor.nbytes(), 1));
+    }
+    return table.position;
+  }
+
+  uint32_t write_properties(const Properties& properties) {
+    flatbuffer::Writer::TableFields fields;
+    fields.offset(field::kInts);
+    fields.offset(field::kFloats);
+    fields.offset(field::kStrings);
+    const auto bag = out_.table(fields);
+    std::map<int, std::vector<std::pair<std::string, const PropertyValue*>>> by_kind;
+    for (const auto& [name, value] : properties) {
+      const int kind = static_cast<int>(value.index());  // int64, double, string: the bag's order
+      by_kind[kind].emplace_back(name, &value);
+    }
+    for (const int kind : {field::kInts, field::kFloats, field::kStrings}) {
+      const auto& list = by_kind[kind];
+      uint32_t vector = 0;
+      const auto slots = out_.offsets(list.size(), vector);
+      out_.set_offset(bag.slot[kind], vector);
+      for (size_t i = 0; i < list.size(); ++i)
+        out_.set_offset(slots[i], write_property(list[i].first, *list[i].second));
+    }
+    return bag.position;
+  }
+
+  uint32_t write_property(const std::string& name, const PropertyValue& value) {
+    flatbuffer::Writer::TableFields fields;
+    fields.offset(field::kName);
+    if (const auto* i = std::get_if<int64_t>(&value))
+      fields.scalar<int64_t>(field::kValue, *i);
+    else if (const auto* d = std::get_if<double>(&value))
+      fields.scalar<float>(field::kValue, static_cast<float>(*d));
+    else
+      fields.offset(field::kValue);
+    const auto table = out_.table(fields);
+    out_.set_offset(table.slot[field::kName], out_.string(name));
+    if (const auto* s = std::get_if<std::string>(&value)) out_.set_offset(table.slot[field::kValue], out_.string(*s));
+    return table.position;
+  }
+
+  flatbuffer::Writer out_{kIdentifier};
+};
+
+}  // namespace
+
+bool is_ort_checkpoint(std::span<const std::byte> head) {
+  return flatbuffer::Reader::has_identifier(head, kIdentifier);
+}
+
+CheckpointState read_ort_checkpoint(std::span<const std::byte> bytes, const std::string& what) {
+  return OrtCheckpointReader(bytes, what).read();
+}
+
+CheckpointState read_ort_checkpoint(const fs::path& path) {
+  const std::string bytes = read_file(path);
+  return read_ort_checkpoint(std::as_bytes(std::span(bytes.data(), bytes.size())),
+                             "ORT checkpoint '" + path.string() + "'");
+}
+
+void write_ort_checkpoint(const CheckpointState& state, const fs::path& path, bool include_optimizer_state) {
+  const std::vector<std::byte> bytes = OrtCheckpointWriter().write(state, include_optimizer_state);
+  write_file_atomically(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+}
+
+}  // namespace onnxtrain::training
