@@ -15,8 +15,9 @@ shows the median over rounds of each block's median step. The first call (export
 build for the ORTModules) is reported apart. ORT-training runs in its own virtualenv with
 the anchor of ``../shared/anchors/ort-ortmodule`` (its overlay at
 ``~/.cache/onnxtrain/ort-ortmodule-overlay``); without it its column is empty. ORT's
-GPT-2 gets an all-ones attention_mask (its export fails without one); that is the same
-computation.
+GPT-2 gets an all-ones attention_mask (its export fails without one; torch's exporter fails
+on onnxtrain's side with one); that is the same computation. ``onnxtrain-dense`` is
+onnxtrain with label sparsity off, to show what the pass gains.
 
     PYTHONPATH=build/<dir>/python .venv/bin/python bench/ortmodule_step.py [--rounds 3] [--models gpt2 bert]
 """
@@ -39,8 +40,9 @@ ORT_PYTHON = CACHE / "ort-training-1.19.2" / "bin" / "python"
 ORT_OVERLAY = CACHE / "ort-ortmodule-overlay"
 ORT_ANCHOR = ROOT.parent / "shared" / "anchors" / "ort-ortmodule"
 MODELS = ("gpt2", "bert", "resnet18")
-FRAMEWORKS = ("torch", "onnxtrain", "ort")
-TITLES = {"torch": "torch eager", "onnxtrain": "onnxtrain ORTModule", "ort": "ORT 1.19.2 ORTModule"}
+FRAMEWORKS = ("torch", "onnxtrain", "onnxtrain-dense", "ort")
+TITLES = {"torch": "torch eager", "onnxtrain": "onnxtrain ORTModule", "onnxtrain-dense": "onnxtrain, label sparsity off",
+          "ort": "ORT 1.19.2 ORTModule"}
 
 
 # ---- in the worker process ----
@@ -125,10 +127,10 @@ def worker(framework: str, model_name: str, steps: int, warmup: int, threads: in
     torch.set_num_threads(threads)
     module, batch = build(model_name, framework)
     saved = tempfile.mkdtemp()
-    if framework == "onnxtrain":
+    if framework.startswith("onnxtrain"):
         from onnxtrain.training.ortmodule import ORTModule
 
-        module = ORTModule(module)
+        module = ORTModule(module, label_sparsity=framework == "onnxtrain")
     elif framework == "ort":
         from onnxruntime.training.ortmodule import DebugOptions, ORTModule
 
@@ -148,7 +150,7 @@ def worker(framework: str, model_name: str, steps: int, warmup: int, threads: in
         start = time.perf_counter()
         losses = [step()]
         first_call = time.perf_counter() - start
-    if framework == "onnxtrain" and not module.runs_in_onnxtrain:
+    if framework.startswith("onnxtrain") and not module.runs_in_onnxtrain:
         raise RuntimeError(f"onnxtrain fell back to torch: {module.fallback_reason}")
     if framework == "ort" and not os.listdir(saved):
         raise RuntimeError("ORT's ORTModule wrote no graphs: it fell back to torch")

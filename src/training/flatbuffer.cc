@@ -63,13 +63,43 @@ uint64_t Reader::field_position(Table table, int field) const {
   return t + offset;
 }
 
+namespace {
+
+// FlatBuffers strings are UTF-8; names read from a file reach Python, which takes UTF-8 only.
+bool valid_utf8(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size()) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const size_t length = byte < 0x80           ? 1
+                          : (byte >> 5) == 0x6  ? 2
+                          : (byte >> 4) == 0xE  ? 3
+                          : (byte >> 3) == 0x1E ? 4
+                                                : 0;
+    if (length == 0 || i + length > text.size()) return false;
+    uint32_t code = length == 1 ? byte : byte & (0x7F >> length);
+    for (size_t k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(text[i + k]);
+      if ((next >> 6) != 0x2) return false;
+      code = (code << 6) | (next & 0x3F);
+    }
+    const uint32_t smallest[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (code < smallest[length] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) return false;
+    i += length;
+  }
+  return true;
+}
+
+}  // namespace
+
 std::string Reader::string(Table table, int field, const char* context) const {
   const uint64_t at = field_position(table, field);
   if (at == 0) return {};
   const uint64_t target = follow(at, context);
   const auto size = read<uint32_t>(target);
   need(target + 4, uint64_t{size} + 1, context);
-  return std::string(reinterpret_cast<const char*>(bytes_.data() + target + 4), size);
+  std::string text(reinterpret_cast<const char*>(bytes_.data() + target + 4), size);
+  if (!valid_utf8(text)) fail(std::string(context) + ": a string that is not UTF-8");
+  return text;
 }
 
 bool Reader::table(Table table, int field, Table& out, const char* context) const {
