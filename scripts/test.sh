@@ -4,6 +4,8 @@
 #   2. pip install .          — builds the C++ library, CLI, C++ tests and onnxtrain._C
 #                               (incrementally, in build/<wheel tag>) into .venv
 #   3. ctest                  — the C++ tests
+#      tests/cpp_consumer      — the installed C++ package: a separate CMake project finds it,
+#                               runs inference and three training steps (about a minute)
 #   4. pytest tests/python    — the Python tests (ops, ONNX backend node tests, models,
 #                               gradients, training)
 #   5. onnxtrain train        — the main job: trains a CNN on scikit-learn's digits end to
@@ -17,11 +19,14 @@ cd "$root"
 scripts/bootstrap.sh
 
 echo "== building onnxtrain into .venv"
-.venv/bin/python -m pip install -q --no-build-isolation --no-deps --upgrade .
+.venv/bin/python -m pip install -q --no-build-isolation --no-deps --upgrade . -C cmake.define.ONNXTRAIN_BUILD_TESTS=ON
 build_dir=$(ls -d build/cp*/ 2>/dev/null | head -n 1)
 
 echo "== C++ tests (${build_dir})"
 ctest --test-dir "$build_dir" --output-on-failure -j2 | tail -n 5
+
+echo "== C++ package: install, find_package(onnxtrain) from tests/cpp_consumer, run"
+tests/cpp_consumer/run.sh --build-dir "$build_dir"
 
 echo "== Python tests"
 cd "$root"

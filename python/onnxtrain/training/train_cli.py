@@ -13,6 +13,7 @@ array per user input of the training model, by input name (``--map name=array`` 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import sys
@@ -53,6 +54,15 @@ class EpochStats:
     accuracy: float | None
     samples_per_second: float
     held_out_accuracy: float | None = None
+
+
+def _require_examples_extra(what: str, modules: Sequence[str]) -> None:
+    """Raises before any work when a package of the `examples` extra that `what` needs is missing."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        names = {"sklearn": "scikit-learn"}
+        raise RuntimeError(f"{what} needs {', '.join(names.get(m, m) for m in missing)}, which the examples extra "
+                           f"installs: pip install 'onnxtrain[examples]'")
 
 
 def _progress(total: int, description: str) -> Any:
@@ -208,6 +218,7 @@ def digits_cnn(seed: int) -> Any:
 
 
 def digits_job(out: Path, epochs: int, batch_size: int, lr: float, seed: int, threads: int) -> dict[str, Any]:
+    _require_examples_extra("the digits demo", ["sklearn", "matplotlib"])
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -297,6 +308,8 @@ def _load_npz(path: Path, names: Sequence[str], renames: dict[str, str]) -> Data
 
 
 def user_job(args: argparse.Namespace) -> None:
+    if args.loss_curve:
+        _require_examples_extra("--loss-curve", ["matplotlib"])
     folder = Path(args.artifacts)
     prefix = args.prefix
     options = SessionOptions()

@@ -18,6 +18,7 @@
 #include "core/dispatch.h"
 #include "core/parallel.h"
 #include "ops/cpu/broadcast.h"
+#include "ops/cpu/multiversion.h"
 #include "ops/cpu/vector_math.h"
 #include "ops/kernel.h"
 
@@ -61,10 +62,12 @@ ONNXTRAIN_VECTOR_INLINE R store(V v) {
 }
 
 // The loops below are `flatten`ed: everything they call, op included, is inlined into
-// them, which vectorization needs (GCC would otherwise keep a large op out of line).
+// them, which vectorization needs (GCC would otherwise keep a large op out of line). They
+// are compiled for each x86 level (multiversion.h), each loop chunk running the CPU's best.
 
 template <typename T, typename R, typename Op>
-[[gnu::flatten]] void map_range(const T* in, R* out, int64_t begin, int64_t end, const Op& op) {
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void map_range(const T* in, R* out, int64_t begin, int64_t end,
+                                                         const Op& op) {
   for (int64_t i = begin; i < end; ++i) out[i] = store<R>(op(load(in, i)));
 }
 
@@ -107,7 +110,7 @@ struct Repeated {
 };
 
 template <typename R, typename Op, typename... Readers>
-[[gnu::flatten]] void run_row(R* out, int64_t n, const Op& op, Readers... in) {
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void run_row(R* out, int64_t n, const Op& op, Readers... in) {
   for (int64_t i = 0; i < n; ++i) out[i] = store<R>(op(in[i]...));
 }
 

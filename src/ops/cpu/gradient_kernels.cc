@@ -14,6 +14,7 @@
 #include "core/parallel.h"
 #include "ops/cpu/broadcast.h"
 #include "ops/cpu/elementwise.h"
+#include "ops/cpu/multiversion.h"
 #include "ops/cpu/onednn.h"
 #include "ops/cpu/vector_math.h"
 #include "ops/kernel_registry.h"
@@ -56,7 +57,8 @@ KernelFactory elementwise_grad(const char* name, F f) {
   return [name, f](const KernelInfo&) {
     return make_kernel([name, f](KernelContext& ctx) {
       check_same_shape(ctx, ctx.input(0), ctx.input(1), name);
-      dispatch<GRAD_FLOAT_TYPES>(ctx.input(0).dtype(), name, [&]<typename T>() { elementwise::binary<T, T, T>(ctx, f); });
+      dispatch<GRAD_FLOAT_TYPES>(ctx.input(0).dtype(), name,
+                                 [&]<typename T>() { elementwise::binary<T, T, T>(ctx, f); });
     });
   };
 }
@@ -110,21 +112,27 @@ void merge_axes(const Shape& shape, const std::vector<bool>& summed, Shape& size
 // y[j] = sum over r of x[r * cols + j]: the gradient of a bias broadcast over leading axes.
 // Rows are added in order, as in the general loop below, but into a block of column sums at
 // a time, so that the inner loop runs over contiguous memory.
+constexpr int64_t kSumRowsBlock = 256;
+
+// Columns [begin, end) of sum_rows.
+template <typename T>
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void sum_rows_range(const T* x, T* y, int64_t rows, int64_t cols,
+                                                              int64_t begin, int64_t end) {
+  using C = compute_type_t<T>;
+  for (int64_t first = begin; first < end; first += kSumRowsBlock) {
+    const int64_t n = std::min(kSumRowsBlock, end - first);
+    C sums[kSumRowsBlock] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = x + r * cols + first;
+      for (int64_t j = 0; j < n; ++j) sums[j] += C(row[j]);
+    }
+    for (int64_t j = 0; j < n; ++j) y[first + j] = static_cast<T>(sums[j]);
+  }
+}
+
 template <typename T>
 void sum_rows(const T* x, T* y, int64_t rows, int64_t cols) {
-  using C = compute_type_t<T>;
-  constexpr int64_t kBlock = 256;
-  parallel_for(cols, kBlock, [&](int64_t begin, int64_t end) {
-    for (int64_t first = begin; first < end; first += kBlock) {
-      const int64_t n = std::min(kBlock, end - first);
-      C sums[kBlock] = {};
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* row = x + r * cols + first;
-        for (int64_t j = 0; j < n; ++j) sums[j] += C(row[j]);
-      }
-      for (int64_t j = 0; j < n; ++j) y[first + j] = static_cast<T>(sums[j]);
-    }
-  });
+  parallel_for(cols, kSumRowsBlock, [&](int64_t begin, int64_t end) { sum_rows_range(x, y, rows, cols, begin, end); });
 }
 
 template <typename T>

@@ -12,6 +12,7 @@
 
 #include "core/dispatch.h"
 #include "ops/cpu/broadcast.h"
+#include "ops/cpu/multiversion.h"
 #include "ops/cpu/onednn.h"
 #include "ops/kernel_registry.h"
 
@@ -44,7 +45,8 @@ using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 // Mean and biased variance of `segments` runs of `length` elements, `stride` apart.
 template <typename T>
-std::pair<acc_t<T>, acc_t<T>> moments(const T* x, int64_t segments, int64_t stride, int64_t length) {
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] std::pair<acc_t<T>, acc_t<T>> moments(const T* x, int64_t segments,
+                                                                                int64_t stride, int64_t length) {
   using A = acc_t<T>;
   const int64_t count = segments * length;
   if (count == 0) return {A(0), A(0)};
@@ -67,7 +69,7 @@ std::pair<acc_t<T>, acc_t<T>> moments(const T* x, int64_t segments, int64_t stri
 
 // y[i] = x[i] * a + b over `length` contiguous elements.
 template <typename T, typename A>
-void affine(const T* x, T* y, int64_t length, A a, A b) {
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void affine(const T* x, T* y, int64_t length, A a, A b) {
   for (int64_t i = 0; i < length; ++i) y[i] = static_cast<T>(static_cast<A>(x[i]) * a + b);
 }
 
@@ -207,6 +209,28 @@ const KernelRegistration kMicrosoftBatchNormInternal{
 
 // ---- LayerNormalization ----
 
+// float32 rows [begin, end) of `cols` elements: the same two passes as the other types,
+// on float parameters so that every loop vectorizes. `bias`, `means` and `inv_stds` may
+// be null.
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void layer_norm_float_rows(const float* x, float* y, int64_t begin,
+                                                                     int64_t end, int64_t cols, const float* scale,
+                                                                     const float* bias, float epsilon, float* means,
+                                                                     float* inv_stds) {
+  for (int64_t r = begin; r < end; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    const auto [mu, sigma2] = moments(xr, 1, 0, cols);
+    const float inv = 1.0f / std::sqrt(sigma2 + epsilon);
+    if (bias) {
+      for (int64_t j = 0; j < cols; ++j) yr[j] = (xr[j] - mu) * inv * scale[j] + bias[j];
+    } else {
+      for (int64_t j = 0; j < cols; ++j) yr[j] = (xr[j] - mu) * inv * scale[j];
+    }
+    if (means) means[r] = mu;
+    if (inv_stds) inv_stds[r] = inv;
+  }
+}
+
 // Checks that Scale or B broadcasts to the normalized shape as ONNX's Mul and Add would
 // (unidirectionally).
 void check_broadcast(KernelContext& ctx, const Tensor& t, const Shape& normalized, const char* name) {
@@ -331,19 +355,7 @@ class LayerNormKernel final : public OpKernel {
     float* means = mean ? mean->data<float>() : nullptr;
     float* inv_stds = inv_std ? inv_std->data<float>() : nullptr;
     parallel_for(rows, std::max<int64_t>(1, 16384 / cols), [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        const float* xr = px + r * cols;
-        float* yr = py + r * cols;
-        const auto [mu, sigma2] = moments(xr, 1, 0, cols);
-        const float inv = 1.0f / std::sqrt(sigma2 + epsilon_);
-        if (bias) {
-          for (int64_t j = 0; j < cols; ++j) yr[j] = (xr[j] - mu) * inv * scale[j] + bias[j];
-        } else {
-          for (int64_t j = 0; j < cols; ++j) yr[j] = (xr[j] - mu) * inv * scale[j];
-        }
-        if (means) means[r] = mu;
-        if (inv_stds) inv_stds[r] = inv;
-      }
+      layer_norm_float_rows(px, py, begin, end, cols, scale, bias, epsilon_, means, inv_stds);
     });
   }
 

@@ -10,12 +10,9 @@
 #include <string>
 #include <type_traits>
 
-#ifdef __AVX__
-#include <immintrin.h>
-#endif
-
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "ops/cpu/multiversion.h"
 #include "ops/kernel_registry.h"
 
 namespace onnxtrain {
@@ -91,36 +88,30 @@ struct AdamWCoefficients {
   double decay, keep_g1, keep_g2, beta2, epsilon, step_size, bc2_sqrt;
 };
 
-// The float update of AdamWStep over [begin, end), 8 elements at a time, up to the last full
-// group; returns where it stopped (the element loop does the rest). The element loop does not
-// vectorize: std::sqrt keeps a scalar errno fallback (GCC without -fno-math-errno), and the
-// outputs alias the inputs (in place). Same operations in the same order, so the same results.
-int64_t adamw_step_float_simd(const AdamWCoefficients& k, const float* p, const float* g, const float* m,
-                              const float* v, float* p1, float* m1, float* v1, int64_t begin, int64_t end) {
-#ifdef __AVX__
-  const __m256 decay = _mm256_set1_ps(static_cast<float>(k.decay));
-  const __m256 keep_g1 = _mm256_set1_ps(static_cast<float>(k.keep_g1));
-  const __m256 keep_g2 = _mm256_set1_ps(static_cast<float>(k.keep_g2));
-  const __m256 b2 = _mm256_set1_ps(static_cast<float>(k.beta2));
-  const __m256 eps = _mm256_set1_ps(static_cast<float>(k.epsilon));
-  const __m256 step_size = _mm256_set1_ps(static_cast<float>(k.step_size));
-  const __m256 bc2_sqrt = _mm256_set1_ps(static_cast<float>(k.bc2_sqrt));
-  int64_t i = begin;
-  for (; i + 8 <= end; i += 8) {  // __m256 is a GCC/Clang vector type: + - * / work element-wise
-    const __m256 gi = _mm256_loadu_ps(g + i);
-    const __m256 mi = _mm256_loadu_ps(m + i);
-    const __m256 m_next = mi + (gi - mi) * keep_g1;
-    const __m256 v_next = _mm256_loadu_ps(v + i) * b2 + (gi * gi) * keep_g2;
-    const __m256 denominator = _mm256_sqrt_ps(v_next) / bc2_sqrt + eps;
-    const __m256 update = (m_next / denominator) * step_size;
-    _mm256_storeu_ps(p1 + i, _mm256_loadu_ps(p + i) * decay - update);
-    _mm256_storeu_ps(m1 + i, m_next);
-    _mm256_storeu_ps(v1 + i, v_next);
+// AdamWStep's update of elements [begin, end): every operation rounds to T as the body's
+// do (a no-op for float and double). The outputs may be the inputs (in place), element for
+// element: `omp simd` tells the vectorizer that this is no dependency between iterations,
+// and the file is compiled with -fno-math-errno (CMakeLists.txt) so that sqrt needs no
+// scalar errno path either (sqrt is correctly rounded either way).
+template <typename T>
+ONNXTRAIN_MULTIVERSIONED void adamw_step_range(const AdamWCoefficients& k, const T* p, const T* g, const T* m,
+                                               const T* v, T* p1, T* m1, T* v1, int64_t begin, int64_t end) {
+  using C = compute_type_t<T>;
+  const C decay = static_cast<C>(k.decay), keep_g1 = static_cast<C>(k.keep_g1), keep_g2 = static_cast<C>(k.keep_g2),
+          b2 = static_cast<C>(k.beta2), eps = static_cast<C>(k.epsilon), step_size = static_cast<C>(k.step_size),
+          bc2_sqrt = static_cast<C>(k.bc2_sqrt);
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    const C gi = C(g[i]);
+    const C mi = C(m[i]);
+    const C m_next = C(T(mi + C(T((gi - mi) * keep_g1))));
+    const C v_next = C(T(C(v[i]) * b2 + C(T(gi * gi)) * keep_g2));
+    const C denominator = C(T(std::sqrt(v_next) / bc2_sqrt)) + eps;
+    const C update = C(T(m_next / denominator)) * step_size;
+    p1[i] = static_cast<T>(C(T(C(p[i]) * decay)) - update);
+    m1[i] = static_cast<T>(m_next);
+    v1[i] = static_cast<T>(v_next);
   }
-  return i;
-#else
-  return begin;
-#endif
 }
 
 const KernelRegistration kAdamWStep{
@@ -148,37 +139,25 @@ const KernelRegistration kAdamWStep{
         Tensor& m_out = ctx.allocate_output_in_place(1, 4, param.dtype(), param.shape());
         Tensor& v_out = ctx.allocate_output_in_place(2, 5, param.dtype(), param.shape());
         dispatch<OPTIMIZER_FLOAT_TYPES>(param.dtype(), "AdamWStep", [&]<typename T>() {
-          using C = compute_type_t<T>;
-          const C decay = static_cast<C>(k.decay), keep_g1 = static_cast<C>(k.keep_g1),
-                  keep_g2 = static_cast<C>(k.keep_g2), b2 = static_cast<C>(k.beta2), eps = static_cast<C>(k.epsilon),
-                  step_size = static_cast<C>(k.step_size), bc2_sqrt = static_cast<C>(k.bc2_sqrt);
-          const T* p = param.data<T>();
-          const T* g = grad.data<T>();
-          const T* m = m_in.data<T>();
-          const T* v = v_in.data<T>();
-          T* p1 = p_out.data<T>();
-          T* m1 = m_out.data<T>();
-          T* v1 = v_out.data<T>();
-          parallel_for(param.numel(), kGrain, [&](int64_t begin, int64_t end) {
-            int64_t i = begin;
-            if constexpr (std::is_same_v<T, float>) i = adamw_step_float_simd(k, p, g, m, v, p1, m1, v1, begin, end);
-            for (; i < end; ++i) {
-              const C gi = C(g[i]);
-              const C mi = C(m[i]);
-              const C m_next = C(T(mi + C(T((gi - mi) * keep_g1))));
-              const C v_next = C(T(C(v[i]) * b2 + C(T(gi * gi)) * keep_g2));
-              const C denominator = C(T(std::sqrt(v_next) / bc2_sqrt)) + eps;
-              const C update = C(T(m_next / denominator)) * step_size;
-              p1[i] = static_cast<T>(C(T(C(p[i]) * decay)) - update);
-              m1[i] = static_cast<T>(m_next);
-              v1[i] = static_cast<T>(v_next);
-            }
-          });
+          const T *p = param.data<T>(), *g = grad.data<T>(), *m = m_in.data<T>(), *v = v_in.data<T>();
+          T *p1 = p_out.data<T>(), *m1 = m_out.data<T>(), *v1 = v_out.data<T>();
+          parallel_for(param.numel(), kGrain,
+                       [&](int64_t begin, int64_t end) { adamw_step_range(k, p, g, m, v, p1, m1, v1, begin, end); });
         });
       });
     }};
 
 // ---- SGDStep (lr, p, g) => (p_out) ----
+
+// SGDStep's update of elements [begin, end); p1 may be p (in place).
+template <typename T, typename C>
+ONNXTRAIN_MULTIVERSIONED void sgd_step_range(C wd, C rate, const T* p, const T* g, T* p1, int64_t begin, int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    const C direction = C(g[i]) + C(T(C(p[i]) * wd));
+    p1[i] = static_cast<T>(C(p[i]) - C(T(C(T(direction)) * rate)));
+  }
+}
 
 const KernelRegistration kSGDStep{kDomain, "SGDStep", 1, kLatestOpset, [](const KernelInfo& info) {
                                     const double weight_decay = scalar_attribute(info, "weight_decay");
@@ -196,16 +175,34 @@ const KernelRegistration kSGDStep{kDomain, "SGDStep", 1, kLatestOpset, [](const 
                                         const T* g = grad.data<T>();
                                         T* p1 = p_out.data<T>();
                                         parallel_for(param.numel(), kGrain, [&](int64_t begin, int64_t end) {
-                                          for (int64_t i = begin; i < end; ++i) {
-                                            const C direction = C(g[i]) + C(T(C(p[i]) * wd));
-                                            p1[i] = static_cast<T>(C(p[i]) - C(T(C(T(direction)) * rate)));
-                                          }
+                                          sgd_step_range(wd, rate, p, g, p1, begin, end);
                                         });
                                       });
                                     });
                                   }};
 
 // ---- SGDMomentumStep (lr, step, p, g, buf) => (p_out, buf_out) ----
+
+template <typename C>
+struct SGDMomentumCoefficients {
+  C mu, keep, wd, rate;
+  bool first, nesterov;
+};
+
+// SGDMomentumStep's update of elements [begin, end); the outputs may be the inputs.
+template <typename T, typename C>
+ONNXTRAIN_MULTIVERSIONED void sgd_momentum_step_range(const SGDMomentumCoefficients<C>& k, const T* p, const T* g,
+                                                      const T* buf, T* p1, T* buf1, int64_t begin, int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    const C pi = C(p[i]);
+    const C d = C(T(C(g[i]) + C(T(pi * k.wd))));
+    const C b = k.first ? d : C(T(C(T(C(buf[i]) * k.mu)) + C(T(d * k.keep))));
+    const C direction = k.nesterov ? C(T(d + C(T(b * k.mu)))) : b;
+    p1[i] = static_cast<T>(pi - C(T(direction * k.rate)));
+    buf1[i] = static_cast<T>(b);
+  }
+}
 
 const KernelRegistration kSGDMomentumStep{
     kDomain, "SGDMomentumStep", 1, kLatestOpset, [](const KernelInfo& info) {
@@ -229,20 +226,14 @@ const KernelRegistration kSGDMomentumStep{
           const C keep = static_cast<C>(1 - dampening);
           const C wd = static_cast<C>(weight_decay);
           const C rate = static_cast<C>(static_cast<T>(lr));
+          const SGDMomentumCoefficients<C> k{mu, keep, wd, rate, first, nesterov};
           const T* p = param.data<T>();
           const T* g = grad.data<T>();
           const T* buf = buf_in.data<T>();
           T* p1 = p_out.data<T>();
           T* buf1 = buf_out.data<T>();
           parallel_for(param.numel(), kGrain, [&](int64_t begin, int64_t end) {
-            for (int64_t i = begin; i < end; ++i) {
-              const C pi = C(p[i]);
-              const C d = C(T(C(g[i]) + C(T(pi * wd))));
-              const C b = first ? d : C(T(C(T(C(buf[i]) * mu)) + C(T(d * keep))));
-              const C direction = nesterov ? C(T(d + C(T(b * mu)))) : b;
-              p1[i] = static_cast<T>(pi - C(T(direction * rate)));
-              buf1[i] = static_cast<T>(b);
-            }
+            sgd_momentum_step_range(k, p, g, buf, p1, buf1, begin, end);
           });
         });
       });

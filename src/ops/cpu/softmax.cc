@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "core/dispatch.h"
+#include "ops/cpu/multiversion.h"
 #include "ops/cpu/onednn.h"
 #include "ops/cpu/vector_math.h"
 #include "ops/kernel_registry.h"
@@ -49,7 +50,8 @@ AxisView axis_view(KernelContext& ctx, const Tensor& x, int64_t axis, bool flatt
 // `sum` hold `inner` values each. Every loop runs over contiguous memory with no branches,
 // so it vectorizes (exp is vector_math's branch-free one for float).
 template <typename A>
-void softmax_block(bool log, const A* x, A* y, int64_t length, int64_t inner, A* best, A* sum) {
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void softmax_block(bool log, const A* x, A* y, int64_t length, int64_t inner,
+                                                             A* best, A* sum) {
   if (inner == 1) {
     const A m = onednn::lane_max(x, length);
     // y = e^(x - m) and its sum, a vector of lanes at a time (short rows, such as attention

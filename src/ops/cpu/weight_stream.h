@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "core/parallel.h"
+#include "ops/cpu/multiversion.h"
 #include "ops/cpu/vector_math.h"
 
 namespace onnxtrain {
@@ -28,10 +29,11 @@ using Lanes = vector_math::Vector<float, kBlock>;
 using Product = void (*)(const float*, const float*, int64_t, int64_t, int64_t, Lanes*);
 
 // sums[c] = sum over k of w[k] * columns[k * k_stride + c * c_stride], for one block of 16
-// outputs.
+// outputs. Compiled per x86 level (multiversion.h): a 64-byte Lanes is one AVX-512
+// register, two AVX2 or four SSE ones.
 template <int kColumns>
-void block_product(const float* w, const float* columns, int64_t depth, int64_t k_stride, int64_t c_stride,
-                   Lanes* sums) {
+ONNXTRAIN_MULTIVERSIONED void block_product(const float* w, const float* columns, int64_t depth, int64_t k_stride,
+                                            int64_t c_stride, Lanes* sums) {
   Lanes acc[kColumns] = {};
   for (int64_t k = 0; k < depth; ++k) {
     Lanes wk;
@@ -95,9 +97,9 @@ class WeightStream {
                    for (int64_t b = begin; b < end; ++b)
                      for (int64_t c = 0; c < count; c += kMaxColumns) {
                        const int64_t n = std::min(kMaxColumns, count - c);
-                       weight_stream::kProducts[static_cast<size_t>(n - 1)](
-                           packed_.data<float>() + b * depth_ * kBlock, columns + c * c_stride, depth_, k_stride,
-                           c_stride, sums);
+                       weight_stream::kProducts[static_cast<size_t>(n - 1)](packed_.data<float>() + b * depth_ * kBlock,
+                                                                            columns + c * c_stride, depth_, k_stride,
+                                                                            c_stride, sums);
                        store(b * kBlock, std::min(kBlock, outputs_ - b * kBlock), c, n,
                              static_cast<const Lanes*>(sums));
                      }

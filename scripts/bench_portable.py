@@ -1,0 +1,124 @@
+"""The bench/ tables for two builds of onnxtrain side by side: a portable one (baseline
+x86-64-v2 with dispatched kernels) against a -march=native one, usually of the same commit.
+
+The rounds alternate between the builds (A B B A ...), so that a change of the machine's
+load hits both; each row's figure is the median over the rounds of that bench's own median.
+On a machine shared with other work these figures say little below a few per cent.
+
+    .venv/bin/python scripts/bench_portable.py --portable build/dev/python --native build/native/python [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NUMBER = re.compile(r"[-+]?\d+(?:\.\d+)?")
+
+
+def run(bench: list[str], package: Path) -> str:
+    env = {**os.environ, "PYTHONPATH": f"{package}{os.pathsep}{ROOT}"}
+    done = subprocess.run([sys.executable, *bench], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def first_number(text: str) -> float | None:
+    match = NUMBER.match(text.strip())
+    return float(match.group()) if match else None
+
+
+def forward_rows(out: str) -> dict[str, float]:
+    """forward_latency.py: (model, exporter, batch, threads) -> onnxtrain ms."""
+    rows = {}
+    header = None
+    for line in out.splitlines():
+        if line.startswith("| model |"):
+            header = cells(line)
+        elif header and line.startswith("| ") and not line.startswith("|---"):
+            c = cells(line)
+            ms = first_number(c[header.index("onnxtrain ms")])
+            if ms is not None:
+                rows[f"forward {c[0]} {c[1]} batch {c[2]} threads {c[3]}"] = ms
+    return rows
+
+
+def training_rows(out: str) -> dict[str, float]:
+    """training_step.py: (model, threads) -> onnxtrain step ms (the table with an "onnxtrain ms" column)."""
+    rows, threads, header = {}, None, []
+    for line in out.splitlines():
+        if line.startswith("### threads = "):
+            threads = line.split("=")[1].strip()
+        elif line.startswith("| model |"):
+            header = cells(line)
+        elif "onnxtrain ms" in header and line.startswith("| ") and not line.startswith("|---"):
+            c = cells(line)
+            ms = first_number(c[header.index("onnxtrain ms")])
+            if ms is not None:
+                rows[f"training step {c[0]} threads {threads}"] = ms
+    return rows
+
+
+def gradient_rows(out: str) -> dict[str, float]:
+    """gradient_step.py: (model, batch) -> onnxtrain ms."""
+    rows, header = {}, None
+    for line in out.splitlines():
+        if line.startswith("| model | batch |"):
+            header = cells(line)
+        elif header and line.startswith("| ") and not line.startswith("|---"):
+            c = cells(line)
+            ms = first_number(c[header.index("onnxtrain ms")])
+            if ms is not None:
+                rows[f"gradient step {c[0]} batch {c[1]}"] = ms
+    return rows
+
+
+BENCHES = [
+    (["bench/forward_latency.py", "--exporters", "torchscript", "--repeat", "20", "--rounds", "2"], forward_rows),
+    (["bench/training_step.py", "--frameworks", "onnxtrain", "--rounds", "1"], training_rows),
+    (["bench/gradient_step.py", "--runtimes", "onnxtrain"], gradient_rows),
+]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--portable", type=Path, required=True, help="PYTHONPATH of the portable build")
+    parser.add_argument("--native", type=Path, required=True, help="PYTHONPATH of the -march=native build")
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    builds = {"native": args.native.resolve(), "portable": args.portable.resolve()}
+    figures: dict[str, dict[str, list[float]]] = {"native": {}, "portable": {}}
+    print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)", flush=True)
+    for r in range(args.rounds):
+        order = ["native", "portable"] if r % 2 == 0 else ["portable", "native"]
+        for bench, parse in BENCHES:
+            for build in order:
+                for key, ms in parse(run(bench, builds[build])).items():
+                    figures[build].setdefault(key, []).append(ms)
+        print(f"round {r + 1}/{args.rounds} done, load average {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
+    print(f"load average after: {os.getloadavg()[0]:.2f}; median over {args.rounds} alternating rounds\n")
+    print("| row | native ms | portable ms | portable / native |")
+    print("|---|---|---|---|")
+    ratios = []
+    for key in figures["native"]:
+        if key not in figures["portable"]:
+            continue
+        a, b = statistics.median(figures["native"][key]), statistics.median(figures["portable"][key])
+        ratios.append(b / a)
+        print(f"| {key} | {a:.3f} | {b:.3f} | {b / a:.3f} |")
+    if ratios:
+        print(f"\ngeometric mean portable / native: {statistics.geometric_mean(ratios):.3f} over {len(ratios)} rows; "
+              f"worst {max(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()
