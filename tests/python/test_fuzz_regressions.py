@@ -247,3 +247,48 @@ def test_g_gemm_with_an_empty_inner_dimension_is_beta_c():
                                [helper.make_tensor_value_info("y", elem, None)])
         (got,) = onnxtrain.InferenceSession(typed_model.SerializeToString()).run(None, typed)
         np.testing.assert_array_equal(got, np.broadcast_to(c.astype(dtype), (3, 5)))
+
+
+# ---- a nominal checkpoint whose header claims a shape too large to hold ----------------------
+
+
+def nominal_checkpoint_with_shape(tmp_path: Path, shape: list[int]) -> Path:
+    """A nominal checkpoint written by onnxtrain, its parameter's shape then rewritten."""
+    from onnxtrain.training import artifacts
+
+    w = numpy_helper.from_array(np.ones((3, 4), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", F, [2, 3])],
+                              [helper.make_tensor_value_info("y", F, [2, 4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    artifacts.generate_artifacts(model, requires_grad=["w"], loss=artifacts.LossType.MSELoss,
+                                 optimizer=artifacts.OptimType.SGD, artifact_directory=tmp_path / "art",
+                                 nominal_checkpoint=True)
+    path = tmp_path / "art" / "nominal_checkpoint"
+    data = path.read_bytes()
+    size = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + size])
+    state = json.loads(header["__metadata__"]["onnxtrain"])
+    assert state["nominal"] and state["parameters"][0]["shape"] == [3, 4]
+    state["parameters"][0]["shape"] = shape
+    header["__metadata__"]["onnxtrain"] = json.dumps(state)
+    write_safetensors_header(path, json.dumps(header))  # a nominal checkpoint holds no data
+    return path
+
+
+@pytest.mark.parametrize("shape", [[2**31, 2**30], [2**62, 2], [2**40, 2**40], [2**63 - 1, 2**63 - 1, 0]])
+def test_nominal_checkpoint_with_an_oversized_shape_is_refused(tmp_path, shape):
+    # Its byte size goes through tensor_bytes, the one checked size computation: over 2^62
+    # bytes ([2^31, 2^30] float32 is 2^63 bytes, which its own multiplication let through to
+    # the allocation) or overflowing 64 bits on the way (even before a 0) is an error naming
+    # the file, the parameter and the shape.
+    path = nominal_checkpoint_with_shape(tmp_path, shape)
+    with pytest.raises(RuntimeError, match=r"nominal_checkpoint': parameter 'w': invalid shape \[.*\]: a float "
+                                           r"tensor of shape .* is too large \(more than 2\^62 bytes\)"):
+        CheckpointState.load_checkpoint(path)
+
+
+def test_nominal_checkpoint_with_a_valid_shape_loads_zeros(tmp_path):
+    path = nominal_checkpoint_with_shape(tmp_path, [5, 2])
+    data = CheckpointState.load_checkpoint(path).parameters["w"].data
+    assert data.shape == (5, 2) and data.dtype == np.float32 and not data.any()
