@@ -1,13 +1,13 @@
 #include "core/file.h"
 
 #include <fcntl.h>
+#include <onnxtrain/error.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <onnxtrain/error.h>
 #include <random>
 
 namespace onnxtrain {
@@ -69,13 +69,19 @@ void AtomicFile::commit() {
   fs::rename(temporary_, path_, error);
   if (error) throw Error("cannot write '" + path_.string() + "': " + error.message(), ErrorKind::kIO);
   committed_ = true;
-  // Make the rename itself durable.
+  // Make the rename itself durable. A failed fsync here is an error: until it succeeds a
+  // power cut may bring the previous file back, so the save must not report success.
   const fs::path folder = path_.has_parent_path() ? path_.parent_path() : fs::path(".");
   const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
+  // EINVAL: a file system that cannot sync a folder (some network ones); nothing to wait for.
+  if (dir < 0 || (::fsync(dir) != 0 && errno != EINVAL)) {
+    const int error_number = errno;
+    if (dir >= 0) ::close(dir);
+    throw Error("cannot make the rename of '" + path_.string() + "' durable (fsync of its folder '" + folder.string() +
+                    "'): " + std::strerror(error_number),
+                ErrorKind::kIO);
   }
+  ::close(dir);
 }
 
 void write_file_atomically(const fs::path& path, std::string_view bytes) {

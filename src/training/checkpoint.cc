@@ -97,7 +97,8 @@ class StateReader {
     if (!checksums.is_object()) fail(path_, "the onnxtrain metadata's \"checksums\" is not an object");
     for (const auto& [name, tensor] : tensors_) {
       const auto it = checksums.find(name);
-      if (it == checksums.end() || !it->is_string()) fail(path_, "tensor '" + name + "' has no checksum in the metadata");
+      if (it == checksums.end() || !it->is_string())
+        fail(path_, "tensor '" + name + "' has no checksum in the metadata");
       const std::string computed = checksum_text(tensor);
       if (it->get<std::string>() != computed) {
         fail(path_, "tensor '" + name + "' is corrupt: its data has CRC-32C " + computed + ", the metadata says " +
@@ -161,13 +162,16 @@ class StateReader {
     if (dtype == DType::kUndefined) fail(path_, what + ": unknown dtype " + entry["dtype"].dump());
     if (!entry.contains("shape") || !entry["shape"].is_array()) fail(path_, what + ": no shape");
     Shape shape;
-    uint64_t bytes = dtype_size(dtype);
     for (const json& d : entry["shape"]) {
-      if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()) ||
-          __builtin_mul_overflow(bytes, d.get<uint64_t>(), &bytes)) {
+      if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
         fail(path_, what + ": invalid shape " + entry["shape"].dump());
       }
       shape.push_back(d.get<int64_t>());
+    }
+    try {
+      tensor_bytes(dtype, shape);  // the one checked size computation: overflow, or over 2^62 bytes
+    } catch (const Error& e) {
+      fail(path_, what + ": invalid shape " + entry["shape"].dump() + ": " + e.what());
     }
     return Tensor::zeros(dtype, std::move(shape));
   }

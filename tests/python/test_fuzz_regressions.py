@@ -247,3 +247,92 @@ def test_g_gemm_with_an_empty_inner_dimension_is_beta_c():
                                [helper.make_tensor_value_info("y", elem, None)])
         (got,) = onnxtrain.InferenceSession(typed_model.SerializeToString()).run(None, typed)
         np.testing.assert_array_equal(got, np.broadcast_to(c.astype(dtype), (3, 5)))
+
+
+# ---- a nominal checkpoint whose header claims a shape too large to hold ----------------------
+
+
+def nominal_checkpoint_with_shape(tmp_path: Path, shape: list[int]) -> Path:
+    """A nominal checkpoint written by onnxtrain, its parameter's shape then rewritten."""
+    from onnxtrain.training import artifacts
+
+    w = numpy_helper.from_array(np.ones((3, 4), np.float32), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", F, [2, 3])],
+                              [helper.make_tensor_value_info("y", F, [2, 4])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    artifacts.generate_artifacts(model, requires_grad=["w"], loss=artifacts.LossType.MSELoss,
+                                 optimizer=artifacts.OptimType.SGD, artifact_directory=tmp_path / "art",
+                                 nominal_checkpoint=True)
+    path = tmp_path / "art" / "nominal_checkpoint"
+    data = path.read_bytes()
+    size = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + size])
+    state = json.loads(header["__metadata__"]["onnxtrain"])
+    assert state["nominal"] and state["parameters"][0]["shape"] == [3, 4]
+    state["parameters"][0]["shape"] = shape
+    header["__metadata__"]["onnxtrain"] = json.dumps(state)
+    write_safetensors_header(path, json.dumps(header))  # a nominal checkpoint holds no data
+    return path
+
+
+@pytest.mark.parametrize("shape", [[2**31, 2**30], [2**62, 2], [2**40, 2**40], [2**63 - 1, 2**63 - 1, 0]])
+def test_nominal_checkpoint_with_an_oversized_shape_is_refused(tmp_path, shape):
+    # Its byte size goes through tensor_bytes, the one checked size computation: over 2^62
+    # bytes ([2^31, 2^30] float32 is 2^63 bytes, which its own multiplication let through to
+    # the allocation) or overflowing 64 bits on the way (even before a 0) is an error naming
+    # the file, the parameter and the shape.
+    path = nominal_checkpoint_with_shape(tmp_path, shape)
+    with pytest.raises(RuntimeError, match=r"nominal_checkpoint': parameter 'w': invalid shape \[.*\]: a float "
+                                           r"tensor of shape .* is too large \(more than 2\^62 bytes\)"):
+        CheckpointState.load_checkpoint(path)
+
+
+def test_nominal_checkpoint_with_a_valid_shape_loads_zeros(tmp_path):
+    path = nominal_checkpoint_with_shape(tmp_path, [5, 2])
+    data = CheckpointState.load_checkpoint(path).parameters["w"].data
+    assert data.shape == (5, 2) and data.dtype == np.float32 and not data.any()
+
+
+# ---- found by tools/graph_fuzz.py: MaxPool dropped NaN ---------------------------------------
+
+
+def pool_model(op: str, shape: list[int], **attrs) -> bytes:
+    graph = helper.make_graph([helper.make_node(op, ["x"], ["y"], **attrs)], "pool",
+                              [helper.make_tensor_value_info("x", F, shape)],
+                              [helper.make_tensor_value_info("y", F, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9).SerializeToString()
+
+
+@pytest.mark.parametrize("attrs", [
+    {"kernel_shape": [1, 1], "strides": [2, 2]},  # took oneDNN's path: -FLT_MAX for a NaN
+    {"kernel_shape": [2, 1], "strides": [2, 2], "pads": [0, 0, 1, 0]},
+    {"kernel_shape": [2, 2], "strides": [2, 2]},  # the 2x2 fast path
+    {"kernel_shape": [3, 3], "strides": [1, 1], "pads": [1, 1, 1, 1]},
+    {"kernel_shape": [2, 2], "strides": [1, 1], "dilations": [2, 1]},
+])
+def test_maxpool_propagates_nan(attrs):
+    # onnxtrain's MaxPool kept the largest number of a window holding NaN (or -FLT_MAX when all
+    # were NaN), depending on the path; torch gives NaN (onnxruntime too where the fuzzer met
+    # it; onnx.reference drops a NaN after the window's first element, so torch is the oracle).
+    torch = pytest.importorskip("torch")
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 6, 6)).astype(np.float32)
+    x[0, 0, 1, 1] = x[1, 2, 4, 5] = x[1, 1, 0, 0] = np.nan
+    x[0, 1] = np.nan  # a whole plane
+    model = pool_model("MaxPool", list(x.shape), **attrs)
+    got = onnxtrain.InferenceSession(model).run(None, {"x": x})[0]
+    top, left, bottom, right = attrs.get("pads", [0, 0, 0, 0])
+    padded = torch.nn.functional.pad(torch.from_numpy(x), (left, right, top, bottom), value=-np.inf)
+    expected = torch.nn.functional.max_pool2d(padded, attrs["kernel_shape"], attrs["strides"],
+                                              dilation=attrs.get("dilations", [1, 1])).numpy()
+    np.testing.assert_array_equal(got, expected)  # NaN where the reference has NaN, same numbers elsewhere
+    assert np.isnan(got).any()
+
+
+def test_global_maxpool_propagates_nan():
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
+    x[0, 0, 2, 3] = x[1, 2, 0, 0] = np.nan  # a NaN in the middle and in the first place
+    got = onnxtrain.InferenceSession(pool_model("GlobalMaxPool", list(x.shape))).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, np.max(x, axis=(2, 3), keepdims=True))

@@ -8,6 +8,7 @@
 // The global pools are plain per-channel reductions.
 #include "ops/cpu/pool.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -23,6 +24,14 @@
 
 namespace onnxtrain {
 namespace {
+
+// Whether v takes the place of the running maximum: larger, or the window's first NaN (a NaN
+// propagates through MaxPool as in onnxruntime, torch and onnx.reference; once the maximum is
+// NaN nothing replaces it).
+template <typename C>
+bool takes_max(C v, C best) {
+  return v > best || (v != v && best == best);
+}
 
 using onednn::memory;
 
@@ -189,7 +198,7 @@ void pool_loop(const PoolAttributes& a, const PoolGeometry& g, const T* x, T* y,
                     const int64_t at = ((sd + kd * g.dilation[0]) * g.in[1] + sh + kh * g.dilation[1]) * g.in[2] + sw +
                                        kw * g.dilation[2];
                     const C v = static_cast<C>(xp[at]);
-                    if (v > best || best_at < 0) {
+                    if (best_at < 0 || takes_max(v, best)) {
                       best = v;
                       best_at = at;
                     }
@@ -265,7 +274,7 @@ void plain_max_pool_loop(const PoolGeometry& g, const T* x, T* y, int64_t* indic
           for (int64_t i = 0; i < kh; ++i) {
             const int64_t row = origin + i * width;
             for (int64_t k = 0; k < kw; ++k) {
-              if (xp[row + k] > best) {
+              if (takes_max(xp[row + k], best)) {
                 best = xp[row + k];
                 best_at = row + k;
               }
@@ -336,6 +345,11 @@ onednn::Primitive prepare_pool(const PoolAttributes& a, const PoolGeometry& g, m
   return primitive;
 }
 
+bool holds_nan(const Tensor& x) {
+  const float* p = x.data<float>();
+  return std::any_of(p, p + x.numel(), [](float v) { return v != v; });
+}
+
 class PoolKernel final : public OpKernel {
  public:
   PoolKernel(const KernelInfo& info, PoolKind kind) : attrs_(info, kind) {}
@@ -348,12 +362,14 @@ class PoolKernel final : public OpKernel {
     Tensor* indices = want_indices ? &ctx.allocate_output(1, DType::kInt64, g.out_shape) : nullptr;
     if (y.numel() == 0) return;
     if (g.in_size() == 0) ctx.fail("X " + shape_string(x.shape()) + " has an empty spatial axis");
-    if (x.dtype() == DType::kFloat32 && is_max_pool_2x2(attrs_, g, want_indices)) {
+    // oneDNN's and the 2x2 kernel's maximum drop NaN: an input holding one takes the loops.
+    const bool nan_input = attrs_.kind == PoolKind::kMax && x.dtype() == DType::kFloat32 && holds_nan(x);
+    if (x.dtype() == DType::kFloat32 && !nan_input && is_max_pool_2x2(attrs_, g, want_indices)) {
       const pool::MaxWindow two_by_two{.out_h = g.out[1], .out_w = g.out[2]};
       pool::max_2d(x.data<float>(), y.data<float>(), g.n * g.c, g.in[1], g.in[2], two_by_two);
       return;
     }
-    if (use_onednn(x.dtype(), g, want_indices)) {
+    if (!nan_input && use_onednn(x.dtype(), g, want_indices)) {
       const memory::data_type type = *onednn::data_type(x.dtype());
       key_.clear();
       onednn::append_key(key_, x);
@@ -409,7 +425,9 @@ void global_pool(PoolKind kind, double p, const T* x, T* y, int64_t planes, int6
       const T* xp = x + plane * size;
       if (kind == PoolKind::kMax) {
         C best = static_cast<C>(xp[0]);
-        for (int64_t i = 1; i < size; ++i) best = std::max(best, static_cast<C>(xp[i]));
+        for (int64_t i = 1; i < size; ++i) {
+          if (takes_max(static_cast<C>(xp[i]), best)) best = static_cast<C>(xp[i]);
+        }
         y[plane] = static_cast<T>(best);
         continue;
       }
