@@ -57,11 +57,15 @@ def build_gradient_graph(
         start = list(outputs)
         if not start:
             raise ValueError("outputs is empty: pass None to start from the model's only output")
-    if isinstance(model, onnx.ModelProto):
-        source: bytes | str = model.SerializeToString()
-    elif isinstance(model, (bytes, bytearray, memoryview)):
-        source = bytes(model)
-    else:
-        source = os.fspath(model)
-    result = _C.build_gradient_graph(source, list(wrt), loss, start)
+    result = _C.build_gradient_graph(model_source(model), list(wrt), loss, start)
     return onnx.load_from_string(result)
+
+
+def model_source(model: ModelLike) -> bytes | str:
+    """What the engine loads a model from: its serialized bytes, or its path (external data
+    is then read beside it)."""
+    if isinstance(model, onnx.ModelProto):
+        return model.SerializeToString()
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model)
+    return os.fspath(model)

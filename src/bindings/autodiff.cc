@@ -19,17 +19,8 @@ void bind_autodiff(nb::module_& m) {
       "build_gradient_graph",
       [](nb::object model, std::vector<std::string> wrt, std::string loss, std::vector<std::string> outputs) {
         GradientRequest request{std::move(wrt), std::move(loss), std::move(outputs)};
-        std::string result;
-        if (nb::isinstance<nb::bytes>(model)) {
-          auto bytes = nb::cast<nb::bytes>(model);
-          std::span<const std::byte> span(static_cast<const std::byte*>(bytes.data()), bytes.size());
-          nb::gil_scoped_release release;
-          result = build_gradient_graph(span, request);
-        } else {
-          const auto path = nb::cast<std::filesystem::path>(model);
-          nb::gil_scoped_release release;
-          result = build_gradient_graph(path, request);
-        }
+        const std::string result =
+            with_model_source(model, [&](const auto& source) { return build_gradient_graph(source, request); });
         return nb::bytes(result.data(), result.size());
       },
       "model"_a, "wrt"_a, "loss"_a = "", "outputs"_a = std::vector<std::string>{},

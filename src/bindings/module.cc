@@ -54,15 +54,8 @@ namespace {
 std::unique_ptr<InferenceSession> make_session(nb::object model, int threads) {
   SessionOptions options;
   options.intra_op_num_threads = threads;
-  if (nb::isinstance<nb::bytes>(model)) {
-    auto bytes = nb::cast<nb::bytes>(model);
-    std::span<const std::byte> span(static_cast<const std::byte*>(bytes.data()), bytes.size());
-    nb::gil_scoped_release release;
-    return std::make_unique<InferenceSession>(span, options);
-  }
-  const auto path = nb::cast<std::filesystem::path>(model);
-  nb::gil_scoped_release release;
-  return std::make_unique<InferenceSession>(path, options);
+  return with_model_source(model,
+                           [&](const auto& source) { return std::make_unique<InferenceSession>(source, options); });
 }
 
 // Runs the session on numpy feeds. Arrays named in `bfloat16_inputs` hold bfloat16 bits as

@@ -64,8 +64,7 @@ void bind_training(nb::module_& m) {
       .def("eval_step",
            [](Module& module, const nb::list& inputs) {
              const auto names = module.has_eval_model() ? module.input_names(false) : std::vector<std::string>{};
-             return run_with_arrays(inputs, names,
-                                    [&](const std::vector<Tensor>& t) { return module.eval_step(t); });
+             return run_with_arrays(inputs, names, [&](const std::vector<Tensor>& t) { return module.eval_step(t); });
            })
       .def("lazy_reset_grad", &Module::lazy_reset_grad)
       .def("has_gradients", &Module::has_gradients)
@@ -73,14 +72,18 @@ void bind_training(nb::module_& m) {
       .def("input_names", &Module::input_names, "training"_a)
       .def("output_names", &Module::output_names, "training"_a)
       .def("parameters_size", &Module::parameters_size, "trainable_only"_a)
-      .def("contiguous_parameters",
-           [](const Module& module, bool trainable_only) { return to_numpy(module.contiguous_parameters(trainable_only)); },
-           "trainable_only"_a)
-      .def("copy_buffer_to_parameters",
-           [](Module& module, nb::handle buffer, bool trainable_only) {
-             module.copy_buffer_to_parameters(borrow_buffer(buffer), trainable_only);
-           },
-           "buffer"_a, "trainable_only"_a)
+      .def(
+          "contiguous_parameters",
+          [](const Module& module, bool trainable_only) {
+            return to_numpy(module.contiguous_parameters(trainable_only));
+          },
+          "trainable_only"_a)
+      .def(
+          "copy_buffer_to_parameters",
+          [](Module& module, nb::handle buffer, bool trainable_only) {
+            module.copy_buffer_to_parameters(borrow_buffer(buffer), trainable_only);
+          },
+          "buffer"_a, "trainable_only"_a)
       .def(
           "export_model_for_inferencing",
           [](const Module& module, const std::filesystem::path& path, const std::vector<std::string>& outputs) {
@@ -107,8 +110,8 @@ void bind_training(nb::module_& m) {
       .def("step_count", &Optimizer::step_count);
 
   nb::class_<LinearLRScheduler>(m, "LinearLRScheduler")
-      .def(nb::init<Optimizer&, int64_t, int64_t, double>(), "optimizer"_a, "warmup_step_count"_a,
-           "total_step_count"_a, "initial_lr"_a, nb::keep_alive<1, 2>())
+      .def(nb::init<Optimizer&, int64_t, int64_t, double>(), "optimizer"_a, "warmup_step_count"_a, "total_step_count"_a,
+           "initial_lr"_a, nb::keep_alive<1, 2>())
       .def("step", &LinearLRScheduler::step)
       .def("learning_rate", &LinearLRScheduler::learning_rate);
 }

@@ -32,15 +32,9 @@ TrainingAgent make_agent(nb::object model, std::vector<std::string> forward_outp
                          std::vector<std::string> backward_outputs, int threads) {
   SessionOptions options;
   options.intra_op_num_threads = threads;
-  if (nb::isinstance<nb::bytes>(model)) {
-    auto bytes = nb::cast<nb::bytes>(model);
-    std::span<const std::byte> span(static_cast<const std::byte*>(bytes.data()), bytes.size());
-    nb::gil_scoped_release release;
-    return TrainingAgent(span, std::move(forward_outputs), std::move(backward_outputs), options);
-  }
-  const auto path = nb::cast<std::filesystem::path>(model);
-  nb::gil_scoped_release release;
-  return TrainingAgent(path, std::move(forward_outputs), std::move(backward_outputs), options);
+  return with_model_source(model, [&](const auto& source) {
+    return TrainingAgent(source, std::move(forward_outputs), std::move(backward_outputs), options);
+  });
 }
 
 }  // namespace

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 
 from onnxtrain import _C
-from onnxtrain.autodiff import build_gradient_graph
+from onnxtrain.autodiff import build_gradient_graph, model_source
 
 ModelLike = Union[onnx.ModelProto, bytes, str, "os.PathLike[str]"]
 
@@ -212,12 +212,7 @@ class TrainingAgent:
             backward_outputs = info.backward_output_names
         if forward_outputs is None or backward_outputs is None:
             raise TypeError("TrainingAgent needs a GraphInfo, or forward_outputs and backward_outputs")
-        if isinstance(model, onnx.ModelProto):
-            source: bytes | str = model.SerializeToString()
-        elif isinstance(model, (bytes, bytearray, memoryview)):
-            source = bytes(model)
-        else:
-            source = os.fspath(model)
+        source = model_source(model)
         self._info = info
         self._as_torch = output_type == "torch"
         self._forward_outputs = list(forward_outputs)
