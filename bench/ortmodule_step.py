@@ -38,7 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("ONNXTRAIN_CACHE", Path.home() / ".cache" / "onnxtrain"))
 ORT_PYTHON = CACHE / "ort-training-1.19.2" / "bin" / "python"
 ORT_OVERLAY = CACHE / "ort-ortmodule-overlay"
-ORT_ANCHOR = ROOT.parent / "shared" / "anchors" / "ort-ortmodule"
+# The anchor lives beside the repository (../shared); a clone elsewhere names it.
+ORT_ANCHOR = Path(os.environ.get("ORT_ORTMODULE_ANCHOR", ROOT.parent / "shared" / "anchors" / "ort-ortmodule"))
 MODELS = ("gpt2", "bert", "resnet18")
 FRAMEWORKS = ("torch", "onnxtrain", "onnxtrain-dense", "ort")
 TITLES = {"torch": "torch eager", "onnxtrain": "onnxtrain ORTModule", "onnxtrain-dense": "onnxtrain, label sparsity off",
@@ -171,7 +172,7 @@ def run_block(framework: str, model_name: str, args: argparse.Namespace) -> dict
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     command = [sys.executable]
     if framework == "ort":
-        if not (ORT_PYTHON.exists() and (ORT_OVERLAY / ".complete").exists()):
+        if not (ORT_PYTHON.exists() and (ORT_OVERLAY / ".complete").exists() and ORT_ANCHOR.is_dir()):
             return None
         command = [str(ORT_PYTHON)]
         env["PYTHONPATH"] = f"{ORT_OVERLAY}:{ORT_ANCHOR}"
