@@ -167,3 +167,27 @@ def test_conv_max_pool_too_large_a_window_is_refused() -> None:
     session = onnxtrain.InferenceSession(model.SerializeToString())
     with pytest.raises((RuntimeError, ValueError), match="window"):
         session.run(None, {"x": np.ones((1, 3, 3, 3), np.float32)})
+
+
+@pytest.mark.parametrize("channels, x_hw, pool", [
+    ((3, 8), (8, 8), TWO_BY_TWO),  # the fused 2x2 path on 8-channel blocks
+    ((8, 16), (7, 7), STEM),  # the bounded window loop on 16-channel blocks
+    ((3, 8), (5, 5), {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [0, 0, 1, 1]}),
+])
+def test_conv_max_pool_propagates_nan(channels: tuple[int, int], x_hw: tuple[int, int], pool: dict) -> None:
+    """A NaN the convolution gives reaches every window it is in (torch's MaxPool does so;
+    onnxruntime 1.23 keeps a number in some windows, so torch is the reference here)."""
+    torch = pytest.importorskip("torch")
+    model = conv_pool(np.float32, channels, 3, False, pool, conv_output_read=False)
+    x = rng.standard_normal((2, channels[0], *x_hw)).astype(np.float32)
+    x[0, :, 1, 2] = np.nan
+    x[1, 0, -1, -1] = np.nan
+    ours = onnxtrain.InferenceSession(model.SerializeToString()).run(None, {"x": x})[0]
+    weights = {i.name: torch.from_numpy(numpy_helper.to_array(i)) for i in model.graph.initializer}
+    conv = torch.nn.functional.conv2d(torch.from_numpy(x), weights["W"], weights["B"], padding=1)
+    pads = pool.get("pads", [0, 0, 0, 0])
+    conv = torch.nn.functional.pad(conv, (pads[1], pads[3], pads[0], pads[2]), value=-float("inf"))
+    theirs = torch.nn.functional.max_pool2d(conv, pool["kernel_shape"], pool.get("strides", [1, 1])).numpy()
+    assert np.isnan(theirs).any()
+    np.testing.assert_array_equal(np.isnan(ours), np.isnan(theirs))
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -31,6 +32,17 @@ namespace {
 template <typename C>
 bool takes_max(C v, C best) {
   return v > best || (v != v && best == best);
+}
+
+// The maximum of `best` and `v` by takes_max: for scalars, and lane by lane for vectors of
+// channels (GCC vector types, whose comparisons give lane masks).
+template <typename C>
+C nan_max(C best, C v) {
+  if constexpr (std::is_arithmetic_v<C>) {
+    return takes_max(v, best) ? v : best;
+  } else {
+    return ((v > best) | ((v != v) & (best == best))) ? v : best;
+  }
 }
 
 using onednn::memory;
@@ -491,11 +503,10 @@ ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void max_2x2_rows(const T* x, T* y, in
     const T* bottom = top + w;
     for (int64_t i = 0; i < 2 * out_w; ++i) {
       const C a = static_cast<C>(top[i]), b = static_cast<C>(bottom[i]);
-      pair_max[i] = b > a ? b : a;
+      pair_max[i] = nan_max(a, b);
     }
     T* row = y + r * out_w;
-    for (int64_t i = 0; i < out_w; ++i)
-      row[i] = static_cast<T>(pair_max[2 * i + 1] > pair_max[2 * i] ? pair_max[2 * i + 1] : pair_max[2 * i]);
+    for (int64_t i = 0; i < out_w; ++i) row[i] = static_cast<T>(nan_max(pair_max[2 * i], pair_max[2 * i + 1]));
   }
 }
 
@@ -542,15 +553,13 @@ ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void max_block_range(const float* x, f
         if (two_by_two) {  // the common case without the window's bounds, in max_2x2's order
           const Channels a = at(2 * oh, 2 * ow), b = at(2 * oh, 2 * ow + 1);
           const Channels c = at(2 * oh + 1, 2 * ow), d = at(2 * oh + 1, 2 * ow + 1);
-          const Channels left = c > a ? c : a, right = d > b ? d : b;
-          best = right > left ? right : left;
+          best = nan_max(nan_max(a, c), nan_max(b, d));
         } else {
           const auto [c0, c1] = window_span(ow * win.stride_w - win.pad_left, win.kernel_w, w);
           best = Channels{} - std::numeric_limits<float>::infinity();
           for (int64_t r = r0; r < r1; ++r)
             for (int64_t col = c0; col < c1; ++col) {
-              const Channels pixel = at(r, col);
-              best = pixel > best ? pixel : best;
+              best = nan_max(best, at(r, col));
             }
         }
         std::memcpy(tile.data() + ow * kBlock, &best, sizeof best);
@@ -592,8 +601,7 @@ void max_2d(const T* x, T* y, int64_t planes, int64_t h, int64_t w, const MaxWin
           C best = -std::numeric_limits<C>::infinity();
           for (int64_t r = r0; r < r1; ++r)
             for (int64_t col = c0; col < c1; ++col) {
-              const C v = static_cast<C>(xp[r * w + col]);
-              best = v > best ? v : best;
+              best = nan_max(best, static_cast<C>(xp[r * w + col]));
             }
           y[(plane * win.out_h + oh) * win.out_w + ow] = static_cast<T>(best);
         }
