@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import numpy as np
 import onnx
+import pytest
 from onnx import helper, numpy_helper
 
 import onnxtrain
@@ -321,3 +322,23 @@ def _model_parts(case: GradCase):
     nodes, outputs, values = case.build()
     specs = {k: v for k, v in case.inputs.items() if not k.startswith("_")}
     return nodes, values, specs, outputs
+
+
+def gradient_params(cases: Sequence[GradCase]) -> list:
+    """One pytest param per (case, shapes, runtime) a case asks for."""
+    params = []
+    for c in cases:
+        for shapes in c.shapes:
+            for runtime in c.runtimes:
+                if runtime == "reference" and shapes == "dynamic":
+                    continue  # the reference evaluator ignores declared shapes
+                params.append(pytest.param(c, shapes, runtime, id=f"{c.id}-{shapes}-{runtime}"))
+    return params
+
+
+def check_or_skip(case: GradCase, runtime: str, shapes: str) -> None:
+    """check_case, skipping (with the first line of the reason) where the runtime cannot run it."""
+    try:
+        check_case(case, runtime, shapes)
+    except Unsupported as e:
+        pytest.skip(f"{runtime}: {str(e).splitlines()[0][:160]}")

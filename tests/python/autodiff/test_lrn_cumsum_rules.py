@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 
 import onnxtrain
 
-from .gradcheck import C, F, GradCase, Unsupported, V, check_case, check_case_float32, make_session
+from .gradcheck import C, F, GradCase, V, check_case_float32, check_or_skip, gradient_params, make_session
 
 I64 = np.int64
 
@@ -50,21 +50,9 @@ CUMSUM = [
 ALL = LRN + CUMSUM
 
 
-def _params():
-    for c in ALL:
-        for shapes in c.shapes:
-            for runtime in c.runtimes:
-                if runtime == "reference" and shapes == "dynamic":
-                    continue
-                yield pytest.param(c, shapes, runtime, id=f"{c.id}-{shapes}-{runtime}")
-
-
-@pytest.mark.parametrize("case, shapes, runtime", list(_params()))
+@pytest.mark.parametrize("case, shapes, runtime", gradient_params(ALL))
 def test_gradient(case: GradCase, shapes: str, runtime: str) -> None:
-    try:
-        check_case(case, runtime, shapes)
-    except Unsupported as e:
-        pytest.skip(f"{runtime}: {str(e).splitlines()[0][:160]}")
+    check_or_skip(case, runtime, shapes)
 
 
 # onnxruntime's LRN takes odd sizes and 4-D input only.

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from .gradcheck import RUNTIMES, C, F, GradCase, Unsupported, V, check_case
+from .gradcheck import RUNTIMES, C, F, GradCase, V, check_or_skip, gradient_params
 
 I64 = np.int64
 NO_REFERENCE = tuple(r for r in RUNTIMES if r != "reference")
@@ -359,21 +359,9 @@ GRAPHS = [
 ALL = ELEMENTWISE + MATH + ACTIVATION + SHAPE + GATHER + RESIZE + NN + NORMALIZATION + REDUCE + LOSS + GRAPHS
 
 
-def _params():
-    for c in ALL:
-        for shapes in c.shapes:
-            for runtime in c.runtimes:
-                if runtime == "reference" and shapes == "dynamic":
-                    continue  # the reference evaluator ignores declared shapes
-                yield pytest.param(c, shapes, runtime, id=f"{c.id}-{shapes}-{runtime}")
-
-
-@pytest.mark.parametrize("case, shapes, runtime", list(_params()))
+@pytest.mark.parametrize("case, shapes, runtime", gradient_params(ALL))
 def test_gradient(case: GradCase, shapes: str, runtime: str) -> None:
-    try:
-        check_case(case, runtime, shapes)
-    except Unsupported as e:
-        pytest.skip(f"{runtime}: {str(e).splitlines()[0][:160]}")
+    check_or_skip(case, runtime, shapes)
 
 
 
