@@ -7,11 +7,9 @@
 #include <nanobind/stl/vector.h>
 #include <onnxtrain/artifacts.h>
 #include <onnxtrain/error.h>
+#include <onnxtrain/inference_session.h>
 
 #include "bindings/bindings.h"
-#include "ir/onnx_io.h"
-#include "training/functions.h"
-#include "training/optimizer_model.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -132,42 +130,16 @@ void bind_artifacts(nb::module_& m) {
         if (!options.optimizer) {
           throw Error("build_optimizer_model: no optimizer in the options", ErrorKind::kInvalidArgument);
         }
-        std::vector<ir::ValueInfo> infos;
+        std::vector<ValueMetadata> specs;
         for (const auto& [name, code, dims] : parameters) {
-          ir::ValueInfo info;
-          info.name = name;
-          info.dtype = dtype_from_onnx(code);
-          if (!is_floating(info.dtype)) {
-            throw Error("build_optimizer_model: parameter '" + name + "' is not floating-point; only those train",
-                        ErrorKind::kInvalidArgument);
-          }
-          info.shape.emplace();
-          for (int64_t d : dims) info.shape->push_back({d, ""});
-          infos.push_back(std::move(info));
+          specs.push_back({name, dtype_from_onnx(code), true, dims, std::vector<std::string>(dims.size())});
         }
-        if (infos.empty()) throw Error("build_optimizer_model: no parameters", ErrorKind::kInvalidArgument);
-        const std::string bytes = ir::serialize_model(training::build_optimizer_model(infos, *options.optimizer));
+        const std::string bytes = build_optimizer_model(specs, *options.optimizer);
         return nb::bytes(bytes.data(), bytes.size());
       },
       "parameters"_a, "options"_a,
       "The optimizer model (serialized) updating the given parameters (name, ONNX element type, shape).");
 
-  // For tests: the training functions (AccumulateGradient, the optimizer steps) as the
-  // functions of an otherwise empty serialized model whose default opset is `opset`.
-  m.def(
-      "training_functions",
-      [](int64_t opset) {
-        ir::Model model;
-        model.ir_version = 8;
-        model.opset_imports = {{"", opset}};
-        model.graph.name = "org.onnxtrain training functions";
-        for (const std::string& name : training::training_functions().names()) {
-          training::use_training_function(model, name);
-        }
-        const std::string bytes = ir::serialize_model(model);
-        return nb::bytes(bytes.data(), bytes.size());
-      },
-      "opset"_a = 17);
 }
 
 }  // namespace onnxtrain::bindings

@@ -1,13 +1,12 @@
 // onnxtrain._C: gradient graphs.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 #include <onnxtrain/gradient.h>
 
-#include "autodiff/functions.h"
 #include "bindings/bindings.h"
-#include "ir/onnx_io.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -26,22 +25,15 @@ void bind_autodiff(nb::module_& m) {
       "model"_a, "wrt"_a, "loss"_a = "", "outputs"_a = std::vector<std::string>{},
       "The serialized gradient model of a serialized model (bytes) or a model file (path).");
 
-  // For tests: every org.onnxtrain function, as the functions of an otherwise empty
+  m.def("differentiable_ops", &differentiable_ops,
+        "(domain, op type) of every op a gradient can flow through (those with a gradient rule).");
+  // For tests and `onnxtrain convert`: every org.onnxtrain function (gradients, fused ops,
+  // gradient accumulation, optimizer steps), as the functions of an otherwise empty
   // serialized model whose default opset is `opset`.
   m.def(
-      "gradient_functions",
+      "functions",
       [](int64_t opset) {
-        ir::Model model;
-        model.ir_version = 8;
-        model.opset_imports = {{"", opset}, {std::string(autodiff::kGradientDomain), 1}};
-        model.graph.name = "org.onnxtrain functions";
-        const auto& library = autodiff::FunctionLibrary::global();
-        for (const std::string& name : library.names()) {
-          ir::Function f = library.get(name);
-          f.opset_imports = {{"", opset}};
-          model.functions.push_back(std::move(f));
-        }
-        const std::string bytes = ir::serialize_model(model);
+        const std::string bytes = function_library(opset);
         return nb::bytes(bytes.data(), bytes.size());
       },
       "opset"_a = 17);

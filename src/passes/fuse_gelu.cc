@@ -8,14 +8,14 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "autodiff/functions.h"
+#include "ir/functions.h"
 #include "passes/value_reads.h"
 
 namespace onnxtrain::passes {
 namespace {
 
 // The fused ops for models older than opset 20, with the bodies exporters write.
-const autodiff::FunctionRegistration kGelu{R"(
+const ir::FunctionRegistration kGelu{R"(
 Gelu (X) => (Y) {
   half_d = Constant <value = double {0.5}> ()
   one_d = Constant <value = double {1}> ()
@@ -31,7 +31,7 @@ Gelu (X) => (Y) {
 }
 )"};
 
-const autodiff::FunctionRegistration kGeluTanh{R"(
+const ir::FunctionRegistration kGeluTanh{R"(
 GeluTanh (X) => (Y) {
   half_d = Constant <value = double {0.5}> ()
   one_d = Constant <value = double {1}> ()
@@ -276,8 +276,8 @@ size_t fuse_gelu(ir::Model& model, std::span<const std::string> keep) {
       if (tanh) gelu.attributes.push_back(ir::attr("approximate", "tanh"));
     } else {
       gelu.op_type = tanh ? "GeluTanh" : "Gelu";
-      gelu.domain = std::string(autodiff::kGradientDomain);
-      autodiff::FunctionLibrary::global().add_to(model, gelu.op_type);
+      gelu.domain = std::string(ir::kOnnxtrainDomain);
+      ir::FunctionLibrary::global().add_to(model, gelu.op_type);
     }
     for (const ir::Node* n : match.nodes) {
       const size_t at = static_cast<size_t>(n - base);

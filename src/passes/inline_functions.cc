@@ -2,7 +2,9 @@
 
 #include <onnxtrain/error.h>
 
-#include <unordered_map>
+#include <string>
+
+#include "ir/functions.h"
 
 namespace onnxtrain::passes {
 namespace {
@@ -12,59 +14,6 @@ constexpr int kMaxInlineDepth = 64;
 int64_t node_opset(const ir::Model& model, const ir::Node& node) {
   if (node.opset) return node.opset;
   return model.opset(node.domain).value_or(0);
-}
-
-int64_t function_opset(const ir::Function& function, const ir::Model& model, const std::string& domain) {
-  for (const ir::OpsetImport& o : function.opset_imports) {
-    if (ir::canonical_domain(o.domain) == ir::canonical_domain(domain)) return o.version;
-  }
-  return model.opset(domain).value_or(0);
-}
-
-// The body of `function` as called by `call`, with values renamed into the caller's graph.
-std::vector<ir::Node> expand_call(const ir::Model& model, const ir::Function& function, const ir::Node& call,
-                                  int instance) {
-  std::unordered_map<std::string, std::string> rename;
-  for (size_t i = 0; i < function.inputs.size(); ++i) {
-    rename[function.inputs[i]] = i < call.inputs.size() ? call.inputs[i] : "";
-  }
-  for (size_t i = 0; i < function.outputs.size(); ++i) {
-    rename[function.outputs[i]] = i < call.outputs.size() ? call.outputs[i] : "";
-  }
-  const std::string prefix = "_inlined" + std::to_string(instance) + "_" + function.name + "/";
-  auto value_name = [&](const std::string& name) {
-    if (name.empty()) return name;
-    auto it = rename.find(name);
-    return it != rename.end() ? it->second : prefix + name;
-  };
-  std::vector<ir::Node> body;
-  for (const ir::Node& inner : function.nodes) {
-    ir::Node node = inner;
-    node.name = prefix + inner.name;
-    for (auto& in : node.inputs) in = value_name(in);
-    for (auto& out : node.outputs) out = value_name(out);
-    node.opset = function_opset(function, model, inner.domain);
-    std::vector<ir::Attribute> attributes;
-    for (const ir::Attribute& a : inner.attributes) {
-      if (a.ref_attr_name.empty()) {
-        attributes.push_back(a);
-        continue;
-      }
-      const ir::Attribute* bound = call.attribute(a.ref_attr_name);
-      if (bound == nullptr) {
-        for (const ir::Attribute& d : function.attribute_defaults) {
-          if (d.name == a.ref_attr_name) bound = &d;
-        }
-      }
-      if (bound == nullptr) continue;  // an optional attribute the caller left out
-      ir::Attribute copy = *bound;
-      copy.name = a.name;
-      attributes.push_back(std::move(copy));
-    }
-    node.attributes = std::move(attributes);
-    body.push_back(std::move(node));
-  }
-  return body;
 }
 
 }  // namespace
@@ -86,7 +35,11 @@ void inline_functions(ir::Model& model, const std::function<bool(const ir::Node&
                         std::to_string(kMaxInlineDepth) + " levels deep)",
                     ErrorKind::kInvalidModel);
       }
-      for (ir::Node& inner : expand_call(model, *function, node, instance++)) nodes.push_back(std::move(inner));
+      const std::string prefix = "_inlined" + std::to_string(instance++) + "_" + function->name + "/";
+      for (ir::Node& inner : ir::expand_call(*function, node, prefix)) {
+        if (inner.opset == 0) inner.opset = model.opset(inner.domain).value_or(0);  // the function imports none
+        nodes.push_back(std::move(inner));
+      }
       changed = true;
     }
     model.graph.nodes = std::move(nodes);

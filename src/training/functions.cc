@@ -1,4 +1,29 @@
-#include "training/functions.h"
+// The org.onnxtrain functions the training artifacts add, registered in
+// ir::FunctionLibrary::global(): gradient accumulation
+// (training_model.onnx) and the optimizer steps (optimizer_model.onnx). Like the gradient
+// functions of src/autodiff, each is defined once as text whose body uses standard ONNX ops
+// only, and is copied into the models that call it, so stock onnxruntime inlines it;
+// src/ops/cpu/optimizer_kernels.cc runs them fused and in place.
+//
+//   AccumulateGradient (grad, buffer, reset) => (out)
+//       out = reset ? grad : buffer + grad
+//   AdamWStep <beta1, beta2, epsilon, weight_decay, bias_correction>
+//             (lr, step, p, g, m, v) => (p_out, m_out, v_out)
+//       torch.optim.AdamW: p *= 1 - lr wd; m += (1 - beta1)(g - m);
+//       v = beta2 v + (1 - beta2) g^2; p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + epsilon),
+//       bc_i = 1 - beta_i^step with bias_correction, 1 without
+//   SGDStep <weight_decay> (lr, p, g) => (p_out)
+//       torch.optim.SGD without momentum: p -= lr (g + wd p)
+//   SGDMomentumStep <momentum, dampening, nesterov, weight_decay>
+//             (lr, step, p, g, buf) => (p_out, buf_out)
+//       torch.optim.SGD: d = g + wd p; buf = d on step 1, else momentum buf + (1 - dampening) d;
+//       p -= lr (nesterov ? d + momentum buf : buf)
+//
+// lr is a float scalar, step an int64 scalar (1 for the first update). The float
+// hyperparameters are double scalar tensors, so that float64 parameters get them at full
+// precision and the scalar arithmetic (1 - beta2, lr / bc1) happens in double, as in
+// torch.optim; bias_correction and nesterov are ints (0 or 1).
+#include "ir/functions.h"
 
 #include <onnxtrain/error.h>
 
@@ -106,20 +131,11 @@ SGDMomentumStep <momentum, dampening, nesterov, weight_decay> (lr, step, p, g, b
 }
 )";
 
+const ir::FunctionRegistration kAccumulateGradientFunction{kAccumulateGradient, 9};  // Where
+const ir::FunctionRegistration kAdamWStepFunction{kAdamWStep, 15};                    // CastLike
+const ir::FunctionRegistration kSGDStepFunction{kSGDStep, 15};
+const ir::FunctionRegistration kSGDMomentumStepFunction{kSGDMomentumStep, 15};
+
 }  // namespace
-
-const autodiff::FunctionLibrary& training_functions() {
-  static const autodiff::FunctionLibrary library = [] {
-    autodiff::FunctionLibrary functions;
-    functions.add(kAccumulateGradient, 9);  // Where
-    functions.add(kAdamWStep, 15);          // CastLike
-    functions.add(kSGDStep, 15);
-    functions.add(kSGDMomentumStep, 15);
-    return functions;
-  }();
-  return library;
-}
-
-void use_training_function(ir::Model& model, std::string_view name) { training_functions().add_to(model, name); }
 
 }  // namespace onnxtrain::training

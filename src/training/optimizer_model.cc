@@ -1,7 +1,5 @@
 #include "training/optimizer_model.h"
 
-#include "training/model_interface.h"
-
 #include <onnxtrain/error.h>
 
 #include <algorithm>
@@ -9,7 +7,8 @@
 #include <unordered_set>
 
 #include "training/artifacts_graph.h"
-#include "training/functions.h"
+#include "ir/functions.h"
+#include "ir/onnx_io.h"
 #include "training/model_interface.h"
 
 namespace onnxtrain::training {
@@ -164,7 +163,7 @@ ir::Model build_optimizer_model(std::span<const ir::ValueInfo> parameters, const
     ir::Node node;
     node.name = p.name + "/" + op_type;
     node.op_type = op_type;
-    node.domain = std::string(autodiff::kGradientDomain);
+    node.domain = std::string(ir::kOnnxtrainDomain);
     node.attributes = attributes;
     const std::string lr(training::kLearningRate);
     const std::string grad = training::gradient_input(p.name);
@@ -201,7 +200,7 @@ ir::Model build_optimizer_model(std::span<const ir::ValueInfo> parameters, const
   for (const ir::Node& node : graph.nodes) {
     if (node.domain.empty()) claim(node.outputs[0]);  // the clipping's intermediate values
   }
-  use_training_function(model, op_type);
+  ir::FunctionLibrary::global().add_to(model, op_type);
   std::string moment_list;
   for (const std::string& m : moments) moment_list += (moment_list.empty() ? "" : ",") + m;
   model.metadata_props = {
@@ -211,3 +210,27 @@ ir::Model build_optimizer_model(std::span<const ir::ValueInfo> parameters, const
 }
 
 }  // namespace onnxtrain::training
+
+namespace onnxtrain {
+
+std::string build_optimizer_model(std::span<const ValueMetadata> parameters, const OptimizerOptions& options) {
+  if (parameters.empty()) throw Error("build_optimizer_model: no parameters", ErrorKind::kInvalidArgument);
+  std::vector<ir::ValueInfo> infos;
+  for (const ValueMetadata& p : parameters) {
+    if (!is_floating(p.dtype)) {
+      throw Error("build_optimizer_model: parameter '" + p.name + "' is " + std::string(dtype_name(p.dtype)) +
+                      "; only floating-point parameters train",
+                  ErrorKind::kInvalidArgument);
+    }
+    const bool fixed = p.has_shape && std::all_of(p.shape.begin(), p.shape.end(), [](int64_t d) { return d >= 0; });
+    if (!fixed) {
+      throw Error("build_optimizer_model: parameter '" + p.name + "' needs a static shape", ErrorKind::kInvalidArgument);
+    }
+    ir::ValueInfo info{p.name, p.dtype, std::vector<ir::Dim>{}, {}, {}};
+    for (int64_t d : p.shape) info.shape->push_back({d, ""});
+    infos.push_back(std::move(info));
+  }
+  return ir::serialize_model(training::build_optimizer_model(infos, options));
+}
+
+}  // namespace onnxtrain

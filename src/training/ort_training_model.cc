@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "core/dispatch.h"
-#include "training/functions.h"
+#include "ir/functions.h"
 #include "training/model_interface.h"
 
 namespace onnxtrain::training {
@@ -212,7 +212,7 @@ ir::Model adopt_ort_training_model(ir::Model model) {
   for (ir::ValueInfo& input : model.graph.inputs) {
     if (input.name == kLazyResetGrad) input.shape = std::vector<ir::Dim>{};
   }
-  use_training_function(model, "AccumulateGradient");
+  ir::FunctionLibrary::global().add_to(model, "AccumulateGradient");
   return model;
 }
 

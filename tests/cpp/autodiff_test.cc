@@ -7,8 +7,8 @@
 #include <fstream>
 #include <set>
 
-#include "autodiff/function_text.h"
-#include "autodiff/functions.h"
+#include "ir/function_text.h"
+#include "ir/functions.h"
 #include "ir/onnx_io.h"
 #include "test_util.h"
 
@@ -143,7 +143,7 @@ TEST(GradientGraph, SavesToAFile) {
 }
 
 TEST(FunctionText, ParsesNodesAttributesAndReferences) {
-  const ir::Function f = autodiff::parse_function(R"(
+  const ir::Function f = ir::parse_function(R"(
     Scale <alpha> (x, , y) => (z) {
       # a comment
       a = Constant <value_float: float = @alpha> ()
@@ -163,7 +163,7 @@ TEST(FunctionText, ParsesNodesAttributesAndReferences) {
   EXPECT_EQ(mul.attribute("note")->s, "s");
   EXPECT_EQ(mul.attribute("list")->ints, (std::vector<int64_t>{1, 2}));
   EXPECT_FLOAT_EQ(mul.attribute("floats")->floats[1], 1e-3f);
-  EXPECT_THROW(autodiff::parse_function("F (x) => (y) {\n y = Relu (x\n}", "d"), Error);
+  EXPECT_THROW(ir::parse_function("F (x) => (y) {\n y = Relu (x\n}", "d"), Error);
 }
 
 TEST(FunctionLibrary, EveryFunctionHasAFusedKernel) {
@@ -171,9 +171,9 @@ TEST(FunctionLibrary, EveryFunctionHasAFusedKernel) {
   for (const OpSupport& op : supported_ops()) {
     if (op.domain == "org.onnxtrain") kernels.insert(op.op_type);
   }
-  for (const std::string& name : autodiff::FunctionLibrary::global().names()) {
+  for (const std::string& name : ir::FunctionLibrary::global().names()) {
     EXPECT_TRUE(kernels.contains(name)) << name;
-    for (const ir::Node& n : autodiff::FunctionLibrary::global().get(name).nodes) {
+    for (const ir::Node& n : ir::FunctionLibrary::global().get(name).nodes) {
       EXPECT_TRUE(n.domain.empty()) << name << " uses " << n.domain << "::" << n.op_type;
     }
   }

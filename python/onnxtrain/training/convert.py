@@ -210,8 +210,7 @@ class _TrainingModelConverter:
         return "" if shape is not None and len(shape.dim) == 2 else "..."
 
     def finish(self) -> None:
-        library = {f.name: f for f in onnx.load_model_from_string(_C.gradient_functions(OPSET)).functions}
-        library.update({f.name: f for f in onnx.load_model_from_string(_C.training_functions(OPSET)).functions})
+        library = {f.name: f for f in onnx.load_model_from_string(_C.functions(OPSET)).functions}
         present = {f.name for f in self.model.functions if f.domain == OURS}
         for name in sorted(self.used - present):
             self.model.functions.append(library[name])

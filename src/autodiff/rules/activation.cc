@@ -2,7 +2,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "autodiff/functions.h"
+#include "ir/functions.h"
 #include "autodiff/gradient_context.h"
 
 namespace onnxtrain::autodiff {
@@ -241,7 +241,7 @@ const RuleRegistration kActivationRules{
     {"Dropout", dropout},
 };
 
-const RuleRegistration kFusedActivationRules{{{"Gelu", fused_gelu}, {"GeluTanh", fused_gelu_tanh}}, kGradientDomain};
+const RuleRegistration kFusedActivationRules{{{"Gelu", fused_gelu}, {"GeluTanh", fused_gelu_tanh}}, kOnnxtrainDomain};
 
 }  // namespace
 }  // namespace onnxtrain::autodiff

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "autodiff/functions.h"
+#include "ir/functions.h"
 #include "autodiff/gradient_context.h"
 
 namespace onnxtrain::autodiff {

@@ -1,6 +1,6 @@
 // Gradient rules of indexing ops: Gather, GatherElements, GatherND, ScatterElements,
 // ScatterND, TopK. Gathers scatter their gradient back, adding where an index repeats.
-#include "autodiff/functions.h"
+#include "ir/functions.h"
 #include "autodiff/gradient_context.h"
 
 namespace onnxtrain::autodiff {

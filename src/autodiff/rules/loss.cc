@@ -4,7 +4,7 @@
 // class weights, ignore_index and reduction none/sum/mean. The rules first compute the
 // gradient of the loss with respect to each per-element term, g[n, d...] (zero where
 // ignored), then the scores' gradient from it.
-#include "autodiff/functions.h"
+#include "ir/functions.h"
 #include "autodiff/gradient_context.h"
 
 namespace onnxtrain::autodiff {

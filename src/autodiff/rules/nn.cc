@@ -1,7 +1,7 @@
 // Gradient rules of convolutions and pooling.
 #include <limits>
 
-#include "autodiff/functions.h"
+#include "ir/functions.h"
 #include "autodiff/gradient_context.h"
 
 namespace onnxtrain::autodiff {

@@ -6,7 +6,7 @@
 //   dX = inv_std * (dxhat - (sum(dxhat) + xhat * sum(dxhat * xhat)) / n)
 #include <cstdint>
 
-#include "autodiff/functions.h"
+#include "ir/functions.h"
 #include "autodiff/gradient_context.h"
 
 namespace onnxtrain::autodiff {

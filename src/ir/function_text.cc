@@ -1,4 +1,4 @@
-#include "autodiff/function_text.h"
+#include "ir/function_text.h"
 
 #include <onnxtrain/error.h>
 
@@ -8,7 +8,7 @@
 #include <type_traits>
 #include <vector>
 
-namespace onnxtrain::autodiff {
+namespace onnxtrain::ir {
 namespace {
 
 // A cursor over one line.
@@ -36,7 +36,7 @@ class LineReader {
     skip_space();
     return pos_ < text_.size() ? text_[pos_] : '\0';
   }
-  // A name: letters, digits, '_', '.', '/', ':' (value names may hold any of these).
+  // A name: letters, digits, '_', '.', '/' (value names may hold any of these).
   std::string name() {
     skip_space();
     const size_t begin = pos_;
@@ -226,8 +226,8 @@ std::vector<std::string> split_lines(std::string_view text) {
 
 }  // namespace
 
-ir::Function parse_function(std::string_view text, std::string_view domain) {
-  ir::Function function;
+Function parse_function(std::string_view text, std::string_view domain) {
+  Function function;
   function.domain = std::string(domain);
   bool in_body = false;
   bool done = false;
@@ -281,4 +281,4 @@ ir::Function parse_function(std::string_view text, std::string_view domain) {
   return function;
 }
 
-}  // namespace onnxtrain::autodiff
+}  // namespace onnxtrain::ir

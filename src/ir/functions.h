@@ -1,8 +1,10 @@
 // The org.onnxtrain functions: ops that onnxtrain's graphs use and standard ONNX lacks
-// (gradient ops, fused forward ops such as Gelu before opset 20). Each is defined once, as
-// text (see function_text.h), beside the code that emits it; that code copies the
-// definitions it used into the model as model-local functions, so any ONNX runtime can
-// inline them, and the engine's kernels (src/ops/cpu) run them fused.
+// (gradient ops, fused forward ops such as Gelu before opset 20, gradient accumulation and
+// the optimizer steps). One library holds them all. Each is defined once, as text (see
+// function_text.h), beside the code that emits it (src/autodiff/rules, src/passes,
+// src/training); that code copies the definitions it used into the model as model-local
+// functions, so any ONNX runtime can inline them, and the engine's kernels (src/ops/cpu)
+// run them fused.
 //
 // Bodies use only standard ONNX ops whose schema is the same from opset 15 on (CastLike
 // appeared in 15; ReduceSum takes axes as an input, ReduceMean only from 18, so bodies use
@@ -16,9 +18,9 @@
 
 #include "ir/graph.h"
 
-namespace onnxtrain::autodiff {
+namespace onnxtrain::ir {
 
-inline constexpr std::string_view kGradientDomain = "org.onnxtrain";
+inline constexpr std::string_view kOnnxtrainDomain = "org.onnxtrain";
 
 class FunctionLibrary {
  public:
@@ -27,7 +29,7 @@ class FunctionLibrary {
   // Parses `text` and adds the function; names must be unique.
   void add(std::string_view text, int64_t min_opset);
   // The definition of org.onnxtrain::`name`; throws if there is none.
-  const ir::Function& get(std::string_view name) const;
+  const Function& get(std::string_view name) const;
   // The lowest default-domain opset the body of `name` is valid for.
   int64_t min_opset(std::string_view name) const;
   bool contains(std::string_view name) const;
@@ -35,16 +37,22 @@ class FunctionLibrary {
   // Adds the definition of org.onnxtrain::`name` to `model` unless it is there, with the
   // model's default-domain opset, and imports the domain (IR version 8 at least). Throws an
   // Error when the model's opset is older than the body needs.
-  void add_to(ir::Model& model, std::string_view name) const;
+  void add_to(Model& model, std::string_view name) const;
 
  private:
   struct Entry {
-    ir::Function function;
+    Function function;
     int64_t min_opset = 15;
   };
   const Entry& entry(std::string_view name) const;
   std::vector<Entry> entries_;
 };
+
+// The body of `function` as `call` calls it: each body node with its attribute references
+// bound to the call's attributes (or the function's defaults; an optional one the caller
+// left out is dropped) and its `opset` set from the function's imports. The function's
+// inputs and outputs take the call's names; every other value is prefixed with `prefix`.
+std::vector<Node> expand_call(const Function& function, const Node& call, const std::string& prefix);
 
 // Adds a function to the library while the library loads:
 //   const FunctionRegistration kReluGrad{R"(ReluGrad (dY, Y) => (dX) { ... })"};
@@ -54,4 +62,4 @@ struct FunctionRegistration {
   }
 };
 
-}  // namespace onnxtrain::autodiff
+}  // namespace onnxtrain::ir

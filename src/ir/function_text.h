@@ -22,10 +22,10 @@
 
 #include "ir/graph.h"
 
-namespace onnxtrain::autodiff {
+namespace onnxtrain::ir {
 
 // Parses one function; `domain` becomes its domain. Throws an Error naming the line on a
 // syntax mistake (these texts are onnxtrain's own, so that is an internal bug).
-ir::Function parse_function(std::string_view text, std::string_view domain);
+Function parse_function(std::string_view text, std::string_view domain);
 
-}  // namespace onnxtrain::autodiff
+}  // namespace onnxtrain::ir
