@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "autodiff/functions.h"
+#include "ir/functions.h"
 #include "passes/fuse_gelu.h"
 #include "passes/inline_functions.h"
 
@@ -12,6 +12,9 @@ namespace onnxtrain::autodiff {
 namespace {
 
 constexpr int64_t kMinOpset = 13;
+
+// Only floating-point values carry gradients; a value whose type is unknown might.
+bool differentiable(DType dtype) { return dtype == DType::kUndefined || is_floating(dtype); }
 
 bool is_default_domain(std::string_view domain) {
   return ir::canonical_domain(domain).empty();
@@ -83,34 +86,27 @@ ir::Model GradientBuilder::build() {
 void GradientBuilder::index_graph() {
   const ir::Graph& graph = model_.graph;
   order_ = ir::topological_order(graph);
+  names_.add_graph(graph);
   std::unordered_set<std::string> graph_inputs;
-  for (const auto& v : graph.inputs) {
-    names_.insert(v.name);
-    graph_inputs.insert(v.name);
-  }
-  for (const auto& v : graph.outputs) names_.insert(v.name);
-  for (const auto& v : graph.value_info) names_.insert(v.name);
+  for (const auto& v : graph.inputs) graph_inputs.insert(v.name);
   for (const auto& [name, tensor] : graph.initializers) {
-    names_.insert(name);
     if (!graph_inputs.contains(name)) constants_[name] = &tensor;
   }
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     const ir::Node& node = graph.nodes[i];
-    if (!node.name.empty()) names_.insert(node.name);
     for (const std::string& out : node.outputs) {
-      if (out.empty()) continue;
-      names_.insert(out);
-      producer_[out] = i;
+      if (!out.empty()) producer_[out] = i;
     }
     if (node.op_type == "Constant" && is_default_domain(node.domain) && node.outputs.size() == 1 &&
         node.attributes.size() == 1 && node.attributes[0].name == "value" && node.attributes[0].t.defined()) {
       constants_[node.outputs[0]] = &node.attributes[0].t;
     }
   }
-  types_ = std::make_unique<ValueTypes>(graph, order_, opset_, [this](const std::string& name) -> const Tensor* {
+  types_ = std::make_unique<ir::ShapeInference>(graph, opset_, [this](const std::string& name) -> const Tensor* {
     auto it = constants_.find(name);
     return it == constants_.end() ? nullptr : it->second;
   });
+  for (size_t i : order_) types_->infer(graph.nodes[i]);
 }
 
 void GradientBuilder::check_request() {
@@ -132,7 +128,7 @@ void GradientBuilder::check_request() {
     if (!seen.insert(w).second) {
       throw Error("build_gradient_graph: '" + w + "' appears twice in wrt", ErrorKind::kInvalidArgument);
     }
-    if (!types_->differentiable(w)) {
+    if (!differentiable(types_->dtype(w))) {
       throw Error("build_gradient_graph: '" + w + "' (in wrt) has element type " +
                       std::string(dtype_name(types_->dtype(w))) + "; only floating-point values have gradients",
                   ErrorKind::kInvalidArgument);
@@ -165,7 +161,7 @@ void GradientBuilder::check_request() {
                     ErrorKind::kInvalidArgument);
       }
     }
-    if (!types_->differentiable(loss)) {
+    if (!differentiable(types_->dtype(loss))) {
       throw Error("build_gradient_graph: the loss '" + loss + "' is not of a floating-point type",
                   ErrorKind::kInvalidArgument);
     }
@@ -180,7 +176,7 @@ void GradientBuilder::check_request() {
     if (!seen_outputs.insert(o).second) {
       throw Error("build_gradient_graph: '" + o + "' appears twice in outputs", ErrorKind::kInvalidArgument);
     }
-    if (!types_->differentiable(o)) {
+    if (!differentiable(types_->dtype(o))) {
       throw Error("build_gradient_graph: the output '" + o + "' has element type " +
                       std::string(dtype_name(types_->dtype(o))) + "; only floating-point outputs carry gradients",
                   ErrorKind::kInvalidArgument);
@@ -199,7 +195,7 @@ void GradientBuilder::check_request() {
     if (!s.seed.empty()) reserve(s.seed, "would be the incoming gradient of output '" + s.output + "'");
   }
   for (const std::string& w : request_.wrt) reserve(w + "_grad", "would be the gradient of '" + w + "'");
-  names_.insert(reserved.begin(), reserved.end());
+  for (const std::string& name : reserved) names_.claim(name);
 }
 
 void GradientBuilder::mark_differentiable_paths() {
@@ -211,7 +207,7 @@ void GradientBuilder::mark_differentiable_paths() {
                                    [&](const std::string& in) { return !in.empty() && forward_.contains(in); });
     if (from == node.inputs.end()) continue;
     for (const std::string& out : node.outputs) {
-      if (out.empty() || forward_.contains(out) || !types_->differentiable(out)) continue;
+      if (out.empty() || forward_.contains(out) || !differentiable(types_->dtype(out))) continue;
       forward_.insert(out);
       forward_parent_[out] = {*from, i};
     }
@@ -248,7 +244,7 @@ void GradientBuilder::seed() {
       else if (types_->shape(s.output))
         input.shape = types_->shape(s.output);
       model_.graph.inputs.push_back(input);
-      types_->set_shape_like(s.seed, s.output);
+      types_->set_type_like(s.seed, s.output);
       if (backward_.contains(s.output)) contributions_[s.output].push_back(s.seed);
       continue;
     }
@@ -259,7 +255,7 @@ void GradientBuilder::seed() {
                           : constant(scalar_of(dtype, 1.0), "one");
     const auto& shape = types_->shape(s.output);
     if (!shape || !shape->empty()) one = add_node("Expand", "", {one, shape_of(s.output)}, {}, 1)[0];
-    types_->set_shape_like(one, s.output);
+    types_->set_type_like(one, s.output);
     contributions_[s.output].push_back(one);
   }
 }
@@ -309,26 +305,18 @@ std::string GradientBuilder::path_through(size_t node_index) const {
   return join_path(before);
 }
 
-std::string GradientBuilder::fresh_name(const std::string& base) {
-  if (names_.insert(base).second) return base;
-  for (int i = 1;; ++i) {
-    std::string name = base + "_" + std::to_string(i);
-    if (names_.insert(name).second) return name;
-  }
-}
-
 std::vector<std::string> GradientBuilder::add_node(std::string op_type, std::string domain,
                                                    std::vector<std::string> inputs,
                                                    std::vector<ir::Attribute> attributes, size_t output_count) {
   ir::Node node;
   node.op_type = std::move(op_type);
   node.domain = std::move(domain);
-  node.name = fresh_name(name_prefix_ + "/" + node.op_type);
+  node.name = names_.fresh(name_prefix_ + "/" + node.op_type);
   node.inputs = std::move(inputs);
   node.attributes = std::move(attributes);
   for (size_t i = 0; i < output_count; ++i) {
     // Output 0 shares the node's (unique) name; value and node names are separate in ONNX.
-    node.outputs.push_back(i == 0 ? node.name : fresh_name(node.name + ":" + std::to_string(i)));
+    node.outputs.push_back(i == 0 ? node.name : names_.fresh(node.name + ":" + std::to_string(i)));
   }
   types_->infer(node);
   std::vector<std::string> outputs = node.outputs;
@@ -381,7 +369,7 @@ std::string GradientBuilder::shape_of(const std::string& value) {
   }
   ir::Node node;
   node.op_type = "Shape";
-  node.name = fresh_name(value + "_shape");
+  node.name = names_.fresh(value + "_shape");
   node.inputs = {value};
   node.outputs = {node.name};
   types_->infer(node);
@@ -419,7 +407,7 @@ std::string GradientBuilder::accumulated_grad(const std::string& value) {
     name_prefix_ = value + "_grad";
     const std::string sum = add_node(parts.size() == 2 ? "Add" : "Sum", "", parts, {}, 1)[0];
     name_prefix_ = saved_prefix;
-    types_->set_shape_like(sum, value);
+    types_->set_type_like(sum, value);
     parts = {sum};
   }
   return parts[0];
@@ -460,7 +448,7 @@ void GradientBuilder::finish() {
     } else {
       ir::Node identity;
       identity.op_type = "Identity";
-      identity.name = fresh_name(target + "/Identity");
+      identity.name = names_.fresh(target + "/Identity");
       identity.inputs = {grad};
       identity.outputs = {target};
       backward_nodes_.push_back(std::move(identity));

@@ -21,8 +21,9 @@
 #include <vector>
 
 #include "autodiff/gradient_context.h"
-#include "autodiff/value_types.h"
 #include "ir/graph.h"
+#include "ir/graph_editor.h"
+#include "ir/shape_inference.h"
 
 namespace onnxtrain::autodiff {
 
@@ -49,7 +50,6 @@ class GradientBuilder {
   std::string path_through(size_t node_index) const;
 
   // Emitting.
-  std::string fresh_name(const std::string& base);
   std::vector<std::string> add_node(std::string op_type, std::string domain, std::vector<std::string> inputs,
                                     std::vector<ir::Attribute> attributes, size_t output_count);
   std::string accumulated_grad(const std::string& value);
@@ -66,8 +66,8 @@ class GradientBuilder {
   std::vector<size_t> order_;
   std::unordered_map<std::string, size_t> producer_;
   std::unordered_map<std::string, const Tensor*> constants_;
-  std::unique_ptr<ValueTypes> types_;
-  std::unordered_set<std::string> names_;
+  std::unique_ptr<ir::ShapeInference> types_;
+  ir::NameSet names_;
 
   // Values depending on a differentiated value, and from where (for error paths).
   std::unordered_map<std::string, std::pair<std::string, size_t>> forward_parent_;

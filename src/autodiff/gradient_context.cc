@@ -2,7 +2,7 @@
 
 #include <onnxtrain/error.h>
 
-#include "autodiff/functions.h"
+#include "ir/functions.h"
 #include "autodiff/gradient_builder.h"
 
 namespace onnxtrain::autodiff {
@@ -31,7 +31,7 @@ std::string GradientContext::require_output(size_t i, std::string_view hint) {
   ir::Node& n = builder_.model_.graph.nodes[node_index_];
   if (n.outputs.size() <= i) n.outputs.resize(i + 1);
   const std::string base = n.outputs[0] + "_" + std::string(hint);
-  n.outputs[i] = builder_.fresh_name(base);
+  n.outputs[i] = builder_.names_.fresh(base);
   builder_.producer_[n.outputs[i]] = node_index_;
   builder_.types_->infer(n);
   return n.outputs[i];
@@ -77,9 +77,6 @@ std::optional<std::vector<int64_t>> GradientContext::constant_ints(size_t i) con
   return t->to_int64_vector();
 }
 
-const ValueTypes& GradientContext::types() const {
-  return *builder_.types_;
-}
 DType GradientContext::dtype(const std::string& value) const {
   return builder_.types_->dtype(value);
 }
@@ -97,7 +94,7 @@ bool GradientContext::needs_grad(size_t i) const {
 
 void GradientContext::set_input_grad(size_t i, const std::string& grad) {
   if (!needs_grad(i) || grad.empty()) return;
-  builder_.types_->set_shape_like(grad, input(i));
+  builder_.types_->set_type_like(grad, input(i));
   builder_.contributions_[input(i)].push_back(grad);
 }
 
@@ -120,7 +117,7 @@ std::vector<std::string> GradientContext::call_n(std::string name, std::vector<s
                                                  std::vector<ir::Attribute> attributes, size_t output_count,
                                                  const std::vector<bool>& wanted) {
   builder_.use_function(name);
-  std::vector<std::string> outputs = builder_.add_node(std::move(name), std::string(kGradientDomain), std::move(inputs),
+  std::vector<std::string> outputs = builder_.add_node(std::move(name), std::string(kOnnxtrainDomain), std::move(inputs),
                                                        std::move(attributes), output_count);
   for (size_t i = 0; i < wanted.size() && i < outputs.size(); ++i) {
     if (wanted[i]) continue;
@@ -174,7 +171,7 @@ std::string GradientContext::scalar(double value, const std::string& like) {
 std::string GradientContext::reduce_to_shape(const std::string& grad, const std::string& value) {
   if (builder_.types_->same_shape(grad, value)) return grad;
   const std::string reduced = call("ReduceToShape", {grad, shape_of(value)});
-  builder_.types_->set_shape_like(reduced, value);
+  builder_.types_->set_type_like(reduced, value);
   return reduced;
 }
 
@@ -222,6 +219,12 @@ std::vector<std::string> RuleTable::op_types(std::string_view domain) const {
   for (const Entry& e : entries_) {
     if (e.domain == domain) ops.push_back(e.op_type);
   }
+  return ops;
+}
+
+std::vector<std::pair<std::string, std::string>> RuleTable::all() const {
+  std::vector<std::pair<std::string, std::string>> ops;
+  for (const Entry& e : entries_) ops.emplace_back(e.domain, e.op_type);
   return ops;
 }
 

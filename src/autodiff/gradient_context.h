@@ -18,7 +18,8 @@
 #include <string_view>
 #include <vector>
 
-#include "autodiff/value_types.h"
+#include "ir/functions.h"
+#include "ir/shape_inference.h"
 #include "ir/graph.h"
 
 namespace onnxtrain::autodiff {
@@ -26,6 +27,10 @@ namespace onnxtrain::autodiff {
 class GradientBuilder;
 
 using ir::attr;  // attributes for emitted nodes
+// Rules define the org.onnxtrain functions they emit next to themselves.
+using ir::FunctionLibrary;
+using ir::FunctionRegistration;
+using ir::kOnnxtrainDomain;
 
 class GradientContext {
  public:
@@ -58,7 +63,6 @@ class GradientContext {
   std::optional<std::vector<int64_t>> constant_ints(size_t i) const;
 
   // --- static knowledge (may be missing; never required for correctness)
-  const ValueTypes& types() const;
   DType dtype(const std::string& value) const;
   std::optional<size_t> rank(const std::string& value) const;
 
@@ -127,6 +131,8 @@ class RuleTable {
   // The rule for op `op_type` of `domain`, or nullptr.
   GradientRule find(std::string_view domain, std::string_view op_type) const;
   std::vector<std::string> op_types(std::string_view domain) const;
+  // (domain, op type) of every rule, in registration order.
+  std::vector<std::pair<std::string, std::string>> all() const;
 
  private:
   struct Entry {

@@ -1,7 +1,11 @@
 #include <gtest/gtest.h>
 
+#include "autodiff/gradient_context.h"
+#include "ir/functions.h"
 #include "ir/onnx_io.h"
 #include "ir/shape_inference.h"
+#include "ir/shape_rules.h"
+#include "ops/kernel_registry.h"
 #include "test_util.h"
 
 namespace onnxtrain {
@@ -129,6 +133,57 @@ TEST(ShapeInference, TransformerOpsOfOpset23) {
   EXPECT_EQ(text(types.at("rotated")), "float[B,8,S,64]");
   EXPECT_EQ(text(types.at("lrn")), "float[B,8,S,64]");
   EXPECT_EQ(text(types.at("and")), "int32[3,4]");
+}
+
+// Every op that onnxtrain runs or differentiates has a shape rule, or (an org.onnxtrain op)
+// a function body that inference reads through.
+TEST(ShapeInference, EveryOpWithAKernelOrAGradientRuleHasAShapeRule) {
+  const ir::ShapeRuleTable& rules = ir::ShapeRuleTable::global();
+  const ir::FunctionLibrary& library = ir::FunctionLibrary::global();
+  auto covered = [&](const std::string& domain, const std::string& op) {
+    if (rules.find(domain, op) != nullptr) return true;
+    if (ir::canonical_domain(domain).empty() && op == "Constant") return true;  // the inference reads its value
+    return domain == ir::kOnnxtrainDomain && library.contains(op);
+  };
+  std::vector<std::string> missing;
+  for (const KernelDef& def : KernelRegistry::global().all()) {
+    if (!covered(def.domain, def.op_type)) missing.push_back("kernel " + def.domain + "::" + def.op_type);
+  }
+  for (const std::string domain : {"", "org.onnxtrain", "com.microsoft"}) {
+    for (const std::string& op : autodiff::RuleTable::global().op_types(domain)) {
+      if (!covered(domain, op)) missing.push_back("gradient rule " + domain + "::" + op);
+    }
+  }
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+  EXPECT_TRUE(missing.empty()) << ::testing::PrintToString(missing);
+}
+
+// An org.onnxtrain call is inferred through its body: ReluGrad (dY, Y) has dY's type and shape.
+TEST(ShapeInference, ReadsThroughFunctionBodies) {
+  onnx::ModelProto m = model(17);
+  auto* g = m.mutable_graph();
+  *g->add_input() = tensor_value("dy", 11, {"batch", "7"});
+  *g->add_input() = tensor_value("y", 11, {"batch", "7"});
+  onnx::NodeProto call = node("ReluGrad", {"dy", "y"}, {"dx"});
+  call.set_domain("org.onnxtrain");
+  *g->add_node() = call;
+  auto* import = m.add_opset_import();
+  import->set_domain("org.onnxtrain");
+  import->set_version(1);
+  const auto types = ir::infer_types(ir::load_model(as_span(bytes_of(m))));
+  EXPECT_EQ(text(types.at("dx")), "double[batch,7]");
+}
+
+// What a model declares is kept where inference knows less, and gives way where it knows more.
+TEST(ShapeInference, MergesDeclaredAndInferredShapesPerDimension) {
+  onnx::ModelProto m = model(17);
+  auto* g = m.mutable_graph();
+  *g->add_input() = tensor_value("x", 1, {"batch", "8"});
+  *g->add_node() = node("Relu", {"x"}, {"y"});
+  *g->add_value_info() = tensor_value("y", 1, {"N", ""});
+  const auto types = ir::infer_types(ir::load_model(as_span(bytes_of(m))));
+  EXPECT_EQ(text(types.at("y")), "float[batch,8]");
 }
 
 }  // namespace
