@@ -21,9 +21,23 @@ namespace runtime {
 class Executor;
 }
 
+// Which graph rewrites run when a model loads; the values are onnxruntime's. Every level
+// inlines the functions onnxtrain has no kernel for and turns Constant nodes into
+// initializers (the engine needs both). kBasic adds rewrites that only fold (BatchNorm into
+// the Conv before it); kExtended and kAll add the fusions (GELU, Conv + Relu, Conv + MaxPool).
+enum class GraphOptimizationLevel : int { kDisableAll = 0, kBasic = 1, kExtended = 2, kAll = 99 };
+
 struct SessionOptions {
   // Threads for the work inside one op; 0 uses every core.
   int intra_op_num_threads = 0;
+  GraphOptimizationLevel graph_optimization_level = GraphOptimizationLevel::kAll;
+  // When not empty, the model as it runs (after the rewrites) is saved there when it loads,
+  // for inspection; its fused ops are onnxtrain's own (org.onnxtrain).
+  std::filesystem::path optimized_model_filepath;
+  // Times every kernel of every run; end_profiling() writes the profile as Chrome-trace JSON
+  // (chrome://tracing, Perfetto), named "<profile_file_prefix>_<date>_<time>.json".
+  bool enable_profiling = false;
+  std::string profile_file_prefix = "onnxtrain_profile";
 };
 
 // A graph input or output as the model declares it.
@@ -58,6 +72,10 @@ class InferenceSession {
   // Inputs the caller must feed (initializers that double as inputs are left out).
   const std::vector<ValueMetadata>& inputs() const;
   const std::vector<ValueMetadata>& outputs() const;
+
+  // With SessionOptions::enable_profiling: writes what was timed since the session loaded
+  // (or since the last call), returns the file's path, and starts a new profile. "" without.
+  std::string end_profiling();
 
  private:
   std::unique_ptr<runtime::Executor> executor_;

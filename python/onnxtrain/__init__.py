@@ -12,11 +12,11 @@ On-device training lives in ``onnxtrain.training`` (shaped like ``onnxruntime.tr
 
 from onnxtrain._logging import get_log_level, set_log_level
 from onnxtrain._ortvalue import OrtValue
-from onnxtrain._session import InferenceSession, NodeArg, SessionOptions, supported_ops
+from onnxtrain._session import GraphOptimizationLevel, InferenceSession, NodeArg, SessionOptions, supported_ops
 from onnxtrain.autodiff import build_gradient_graph
 
 __all__ = [
-    "InferenceSession", "NodeArg", "OrtValue", "SessionOptions", "build_gradient_graph", "get_log_level",
+    "GraphOptimizationLevel", "InferenceSession", "NodeArg", "OrtValue", "SessionOptions", "build_gradient_graph", "get_log_level",
     "set_log_level", "supported_ops",
 ]
 __version__ = "0.1.0"

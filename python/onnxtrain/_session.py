@@ -32,11 +32,14 @@ class NodeArg:
 # onnxruntime's SessionOptions attributes that onnxtrain does not implement: setting one is an
 # error that says so (rather than a silent no-op that changes nothing the user asked for).
 _ONNXRUNTIME_ONLY = frozenset({
-    "inter_op_num_threads", "execution_mode", "execution_order", "graph_optimization_level",
-    "optimized_model_filepath", "enable_cpu_mem_arena", "enable_mem_pattern", "enable_mem_reuse",
-    "enable_profiling", "profile_file_prefix", "log_severity_level", "log_verbosity_level", "logid",
-    "use_deterministic_compute",
+    "inter_op_num_threads", "execution_mode", "execution_order", "enable_cpu_mem_arena", "enable_mem_pattern",
+    "enable_mem_reuse", "log_severity_level", "log_verbosity_level", "logid", "use_deterministic_compute",
 })
+
+#: Which graph rewrites run when a model loads, with onnxruntime's names and values:
+#: ``ORT_DISABLE_ALL`` runs none beyond what the engine needs, ``ORT_ENABLE_BASIC`` folds
+#: (BatchNorm into Conv), ``ORT_ENABLE_EXTENDED`` and ``ORT_ENABLE_ALL`` (the default) fuse too.
+GraphOptimizationLevel = _C.GraphOptimizationLevel
 
 
 class SessionOptions:
@@ -45,16 +48,30 @@ class SessionOptions:
     Attributes:
         intra_op_num_threads: threads for the work inside one op; 0 (the default) uses every
             core. A session never changes the process's OpenMP or torch thread settings.
+        graph_optimization_level: a ``GraphOptimizationLevel`` (default ``ORT_ENABLE_ALL``).
+        optimized_model_filepath: when set, the model as it runs (after the rewrites) is saved
+            there when it loads, for inspection.
+        enable_profiling: time every kernel; ``InferenceSession.end_profiling()`` writes the
+            profile as Chrome-trace JSON (chrome://tracing, Perfetto) and returns its path.
+        profile_file_prefix: the profile's file name starts so (default "onnxtrain_profile").
 
     Setting any other attribute raises AttributeError: onnxruntime's options that onnxtrain
     does not implement are named as such, other names as unknown.
     """
 
     intra_op_num_threads: int
+    graph_optimization_level: Any
+    optimized_model_filepath: str
+    enable_profiling: bool
+    profile_file_prefix: str
 
     # name -> (default, check); the check returns the value to store or raises.
     _OPTIONS: dict[str, tuple[Any, Any]] = {
         "intra_op_num_threads": (0, lambda value: _non_negative_int("intra_op_num_threads", value)),
+        "graph_optimization_level": (GraphOptimizationLevel.ORT_ENABLE_ALL, lambda value: _level(value)),
+        "optimized_model_filepath": ("", lambda value: _path("optimized_model_filepath", value)),
+        "enable_profiling": (False, lambda value: _bool("enable_profiling", value)),
+        "profile_file_prefix": ("onnxtrain_profile", lambda value: _path("profile_file_prefix", value)),
     }
 
     def __init__(self) -> None:
@@ -74,6 +91,38 @@ class SessionOptions:
     def __repr__(self) -> str:
         values = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._OPTIONS)
         return f"SessionOptions({values})"
+
+    def _native(self) -> Any:
+        native = _C.NativeSessionOptions()
+        for name in self._OPTIONS:
+            setattr(native, name, getattr(self, name))
+        return native
+
+
+def _native_options(options: SessionOptions | None) -> Any:
+    return (options or SessionOptions())._native()
+
+
+def _level(value: Any) -> Any:
+    if isinstance(value, GraphOptimizationLevel):
+        return value
+    levels = {level.value: level for level in GraphOptimizationLevel.__members__.values()}
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool) and int(value) in levels:
+        return levels[int(value)]
+    raise TypeError(f"SessionOptions.graph_optimization_level must be a GraphOptimizationLevel "
+                    f"({', '.join(GraphOptimizationLevel.__members__)}), got {value!r}")
+
+
+def _path(name: str, value: Any) -> str:
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"SessionOptions.{name} must be a str or a path, got {type(value).__name__}")
+    return os.fspath(value)
+
+
+def _bool(name: str, value: Any) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"SessionOptions.{name} must be a bool, got {type(value).__name__}")
+    return bool(value)
 
 
 def _non_negative_int(name: str, value: Any) -> int:
@@ -160,9 +209,8 @@ class InferenceSession:
             raise ValueError(f"onnxtrain's CPU provider takes no options; got {list(provider_options)}")
         if sess_options is not None and not isinstance(sess_options, SessionOptions):
             raise TypeError(f"sess_options must be an onnxtrain.SessionOptions, got {type(sess_options).__name__}")
-        threads = sess_options.intra_op_num_threads if sess_options else 0
         model = path_or_bytes if isinstance(path_or_bytes, bytes) else os.fspath(path_or_bytes)
-        self._session = _C.InferenceSession(model, threads)
+        self._session = _C.InferenceSession(model, _native_options(sess_options))
         logger.info("loaded %s: %d inputs, %d outputs",
                     f"a model of {len(model)} bytes" if isinstance(model, bytes) else model,
                     len(self._session.inputs()), len(self._session.outputs()))
@@ -182,6 +230,12 @@ class InferenceSession:
     def get_providers(self) -> list[str]:
         """The execution providers in use: always ``["CPUExecutionProvider"]``."""
         return ["CPUExecutionProvider"]
+
+    def end_profiling(self) -> str:
+        """With ``SessionOptions.enable_profiling``: writes the per-node profile of the runs so far
+        (Chrome-trace JSON, as onnxruntime writes it), returns the file's path and starts a new
+        profile. Without profiling: ""."""
+        return self._session.end_profiling()
 
     def run(
         self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: Any = None

@@ -49,13 +49,11 @@ void bind_training(nb::module_& m) {
       .def(
           "__init__",
           [](Module* self, const std::filesystem::path& train, CheckpointState& state,
-             const std::filesystem::path& eval, int threads) {
-            SessionOptions options;
-            options.intra_op_num_threads = threads;
+             const std::filesystem::path& eval, const SessionOptions& options) {
             nb::gil_scoped_release release;
             new (self) Module(train, state, eval, options);
           },
-          "train_model"_a, "state"_a, "eval_model"_a, "intra_op_num_threads"_a = 0, nb::keep_alive<1, 3>())
+          "train_model"_a, "state"_a, "eval_model"_a, "options"_a, nb::keep_alive<1, 3>())
       .def("train_step",
            [](Module& module, const nb::list& inputs) {
              return run_with_arrays(inputs, module.input_names(true),

@@ -8,36 +8,23 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <new>
 #include <set>
 #include <utility>
 
 #include "core/allocator.h"
 #include "core/parallel.h"
+#include "ir/shape_inference.h"
 #include "ops/kernel_registry.h"
-#include "passes/fold_batch_norm.h"
-#include "passes/fuse_conv_pool.h"
-#include "passes/fuse_conv_relu.h"
-#include "passes/fuse_gelu.h"
-#include "passes/inline_functions.h"
+#include "ir/onnx_io.h"
+#include "passes/pipeline.h"
 #include "passes/value_reads.h"
 
 namespace onnxtrain::runtime {
 namespace {
 
-ValueMetadata metadata_of(const ir::ValueInfo& info) {
-  ValueMetadata m;
-  m.name = info.name;
-  m.dtype = info.dtype;
-  m.has_shape = info.shape.has_value();
-  if (info.shape) {
-    for (const ir::Dim& d : *info.shape) {
-      m.shape.push_back(d.value.value_or(-1));
-      m.dim_names.push_back(d.param);
-    }
-  }
-  return m;
-}
+ValueMetadata metadata_of(const ir::ValueInfo& info) { return ir::metadata_of(info.name, {info.dtype, info.shape}); }
 
 std::string describe_type(const ir::ValueInfo& info) {
   std::string text(dtype_name(info.dtype));
@@ -207,14 +194,11 @@ Executor::Executor(ir::Model model, SessionOptions options)
     : model_(std::move(model)), options_(options), allocator_(Allocator::of(device_)) {
   const auto& registry = KernelRegistry::global();
   // A function call stays a node where this device has a kernel for it; others are inlined.
-  passes::inline_functions(model_, [&](const ir::Node& node, int64_t opset) {
+  passes::optimize(model_, options_.graph_optimization_level, [&](const ir::Node& node, int64_t opset) {
     return registry.find(node.domain, node.op_type, opset, device_) != nullptr;
   });
-  passes::fuse_gelu(model_);
-  passes::fold_batch_norm_into_conv(model_);
-  passes::fuse_conv_relu(model_);
-  passes::fuse_conv_pool(model_);
-  passes::constants_to_initializers(model_);
+  if (!options_.optimized_model_filepath.empty()) ir::save_model(model_, options_.optimized_model_filepath);
+  if (options_.enable_profiling) profiler_ = std::make_unique<Profiler>(options_.profile_file_prefix);
 
   const ir::Graph& graph = model_.graph;
   auto add_value = [&](const std::string& name) {
@@ -245,12 +229,22 @@ Executor::Executor(ir::Model model, SessionOptions options)
     }
   }
   is_graph_output_.assign(value_names_.size(), false);
+  // What the model does not declare of its outputs, inference may know.
+  const bool undeclared = std::any_of(graph.outputs.begin(), graph.outputs.end(), [](const ir::ValueInfo& v) {
+    return v.dtype == DType::kUndefined || !v.shape;
+  });
+  const auto inferred = undeclared ? ir::infer_types(model_) : std::map<std::string, ir::ValueType>{};
   for (const auto& v : graph.outputs) {
     if (!value_ids_.contains(v.name)) {
       throw Error("graph output '" + v.name + "' is produced by no node", ErrorKind::kInvalidModel);
     }
     is_graph_output_[static_cast<size_t>(value_id(v.name))] = true;
-    output_metadata_.push_back(metadata_of(v));
+    ir::ValueInfo described = v;
+    if (auto it = inferred.find(v.name); it != inferred.end()) {
+      if (described.dtype == DType::kUndefined) described.dtype = it->second.dtype;
+      if (!described.shape) described.shape = it->second.shape;
+    }
+    output_metadata_.push_back(metadata_of(described));
     output_names_.push_back(v.name);
   }
   create_steps();
@@ -554,6 +548,7 @@ void Executor::return_arena(const std::vector<int64_t>& signature, BufferArena& 
 
 void Executor::run_steps(const Program& program, size_t begin, size_t end, Frame& frame, int threads) {
   const ExecutionContext execution{device_, threads, nullptr};
+  const auto run_start = profiler_ ? Profiler::Clock::now() : Profiler::Clock::time_point{};
   std::vector<const Tensor*>& inputs = frame_state_.step_inputs;
   std::vector<Tensor>& outputs = frame_state_.step_outputs;
   for (size_t i = begin; i < end; ++i) {
@@ -573,8 +568,10 @@ void Executor::run_steps(const Program& program, size_t begin, size_t end, Frame
     frame.enter(step, i);
     frame.set_release_list(&program.release_after[i]);
     KernelContext context(*step.node, inputs, outputs, frame, execution);
+    const auto step_start = profiler_ ? Profiler::Clock::now() : Profiler::Clock::time_point{};
     try {
       step.kernel->compute(context);
+      if (profiler_) profiler_->record_node(*step.node, inputs, outputs, step_start, Profiler::Clock::now());
     } catch (const Error& e) {
       const std::string where = step.node->describe();
       if (std::string_view(e.what()).starts_with(where)) throw;
@@ -596,6 +593,7 @@ void Executor::run_steps(const Program& program, size_t begin, size_t end, Frame
     inputs.clear();
     for (int v : program.release_after[i]) frame.release(v);
   }
+  if (profiler_) profiler_->record_run(run_start, Profiler::Clock::now());
 }
 
 std::vector<Tensor> Executor::run_program(const Program& program, const std::vector<Tensor>& destinations) {
@@ -670,6 +668,8 @@ std::unique_ptr<RunState> Executor::start(const Stages& stages) {
   state->fed_.assign(graph_inputs_.size(), false);
   return state;
 }
+
+std::string Executor::end_profiling() { return profiler_ ? profiler_->write() : std::string(); }
 
 std::vector<Tensor> Executor::run_stage(RunState& state, const NamedTensors& feeds) {
   if (state.executor_ != this)

@@ -20,6 +20,7 @@
 #include "ir/graph.h"
 #include "ops/kernel.h"
 #include "runtime/memory_plan.h"
+#include "runtime/profiler.h"
 
 namespace onnxtrain {
 class Allocator;
@@ -73,6 +74,9 @@ class Executor {
   // Runs the state's next stage. Feeds are read in place: a feed that a later stage reads
   // must stay alive and unchanged until that stage has run.
   std::vector<Tensor> run_stage(RunState& state, const NamedTensors& feeds);
+
+  // Writes the profile (SessionOptions::enable_profiling) and returns its path; "" without.
+  std::string end_profiling();
 
   const std::vector<ValueMetadata>& inputs() const { return input_metadata_; }
   const std::vector<ValueMetadata>& outputs() const { return output_metadata_; }
@@ -131,6 +135,7 @@ class Executor {
 
   ir::Model model_;
   SessionOptions options_;
+  std::unique_ptr<Profiler> profiler_;  // with SessionOptions::enable_profiling
   Device device_ = Device::cpu();  // where the kernels run and the arenas live
   Allocator& allocator_;
   std::vector<std::string> value_names_;

@@ -220,3 +220,85 @@ def test_text_from_the_model_never_hides_the_error():
         onnxtrain.InferenceSession(data)
     assert "Re\ufffd\\x00lu" in str(info.value), str(info.value)
 
+
+
+def conv_block_model() -> onnx.ModelProto:
+    """Conv -> BatchNormalization -> Relu -> MaxPool -> Gelu pieces: every pass has work."""
+    rng = np.random.default_rng(5)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.uniform(0.5, 1.5, 4).astype(np.float32), "scale"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "bias"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "mean"),
+        numpy_helper.from_array(rng.uniform(0.5, 1.5, 4).astype(np.float32), "var"),
+    ]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+            helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["n"], name="bn"),
+            helper.make_node("Relu", ["n"], ["r"], name="relu"),
+            helper.make_node("MaxPool", ["r"], ["y"], kernel_shape=[2, 2], strides=[2, 2], name="pool"),
+        ],
+        "conv_block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4, 4, 4])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+@pytest.mark.parametrize("level", ["ORT_DISABLE_ALL", "ORT_ENABLE_BASIC", "ORT_ENABLE_EXTENDED", "ORT_ENABLE_ALL"])
+def test_every_optimization_level_computes_the_same_and_saves_what_runs(tmp_path, level):
+    model = conv_block_model()
+    x = np.random.default_rng(6).standard_normal((2, 3, 8, 8)).astype(np.float32)
+    options = onnxtrain.SessionOptions()
+    options.graph_optimization_level = getattr(onnxtrain.GraphOptimizationLevel, level)
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    got = onnxtrain.InferenceSession(model.SerializeToString(), sess_options=options).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, reference(model, x), rtol=1e-5, atol=1e-5)
+    ops = [n.op_type for n in onnx.load(tmp_path / "optimized.onnx").graph.node]
+    expected = {
+        "ORT_DISABLE_ALL": ["Conv", "BatchNormalization", "Relu", "MaxPool"],
+        "ORT_ENABLE_BASIC": ["Conv", "Relu", "MaxPool"],  # BatchNorm folded into the Conv
+        "ORT_ENABLE_EXTENDED": ["FusedConv"],  # Relu and MaxPool fused in as well
+        "ORT_ENABLE_ALL": ["FusedConv"],
+    }[level]
+    assert ops == expected
+
+
+def test_profiling_writes_a_chrome_trace_per_node(tmp_path):
+    import json
+
+    options = onnxtrain.SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "profile")
+    options.graph_optimization_level = onnxtrain.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = onnxtrain.InferenceSession(conv_block_model().SerializeToString(), sess_options=options)
+    x = np.zeros((2, 3, 8, 8), np.float32)
+    for _ in range(3):
+        session.run(None, {"x": x})
+    path = session.end_profiling()
+    assert path.startswith(str(tmp_path / "profile_")) and path.endswith(".json")
+    events = json.loads(open(path).read())
+    runs = [e for e in events if e["cat"] == "Session"]
+    nodes = [e for e in events if e["cat"] == "Node"]
+    assert len(runs) == 3 and [e["name"] for e in runs] == ["model_run"] * 3
+    assert [e["name"] for e in nodes[:4]] == ["conv_kernel_time", "bn_kernel_time", "relu_kernel_time",
+                                             "pool_kernel_time"]
+    assert len(nodes) == 12 and all(e["ph"] == "X" and e["dur"] >= 0 for e in events)
+    assert nodes[0]["args"]["op_name"] == "Conv"
+    assert nodes[0]["args"]["input_type_shape"] == [{"float": [2, 3, 8, 8]}, {"float": [4, 3, 3, 3]}]
+    assert nodes[3]["args"]["output_type_shape"] == [{"float": [2, 4, 4, 4]}]
+    run = runs[0]  # the kernels of a run lie within it
+    inside = [e for e in nodes if run["ts"] <= e["ts"] and e["ts"] + e["dur"] <= run["ts"] + run["dur"]]
+    assert len(inside) == 4
+    # A second end_profiling starts over; without profiling it returns "".
+    assert json.loads(open(session.end_profiling()).read()) == []
+    assert onnxtrain.InferenceSession(conv_block_model().SerializeToString()).end_profiling() == ""
+
+
+def test_outputs_the_model_does_not_type_are_inferred():
+    model = small_model()
+    model.graph.output[0].type.Clear()
+    (output,) = onnxtrain.InferenceSession(model.SerializeToString()).get_outputs()
+    assert output.type == "tensor(float)" and output.shape == ["batch", 3]

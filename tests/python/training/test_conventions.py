@@ -21,15 +21,21 @@ def test_session_options_reject_unknown_attributes() -> None:
     options = onnxtrain.SessionOptions()
     assert options.intra_op_num_threads == 0
     options.intra_op_num_threads = 2
-    assert repr(options) == "SessionOptions(intra_op_num_threads=2)"
+    assert repr(options).startswith("SessionOptions(intra_op_num_threads=2, graph_optimization_level=")
     with pytest.raises(AttributeError, match="onnxruntime option that onnxtrain does not implement"):
-        options.graph_optimization_level = 99
-    with pytest.raises(AttributeError, match="has no option 'intra_op_threads'; its options: intra_op_num_threads"):
+        options.enable_mem_pattern = False
+    with pytest.raises(AttributeError, match="has no option 'intra_op_threads'; its options: enable_profiling"):
         options.intra_op_threads = 2
     with pytest.raises(TypeError, match="must be an int"):
         options.intra_op_num_threads = "2"
     with pytest.raises(ValueError, match=">= 0"):
         options.intra_op_num_threads = -1
+    with pytest.raises(TypeError, match="must be a GraphOptimizationLevel .*ORT_DISABLE_ALL.*got 3"):
+        options.graph_optimization_level = 3
+    with pytest.raises(TypeError, match="enable_profiling must be a bool"):
+        options.enable_profiling = 1
+    options.graph_optimization_level = 1  # onnxruntime's integer values are accepted too
+    assert options.graph_optimization_level == onnxtrain.GraphOptimizationLevel.ORT_ENABLE_BASIC
 
 
 def test_inference_session_rejects_unknown_keywords(tmp_path) -> None:

@@ -10,7 +10,7 @@ import numpy as np
 from onnxtrain import _C
 from onnxtrain._logging import logger
 from onnxtrain._ortvalue import OrtValue
-from onnxtrain._session import SessionOptions
+from onnxtrain._session import SessionOptions, _native_options
 from onnxtrain.training.api.checkpoint_state import CheckpointState
 
 
@@ -88,10 +88,9 @@ class Module:
         _check_device(device)
         if session_options is not None and not isinstance(session_options, SessionOptions):
             raise TypeError(f"session_options must be an onnxtrain.SessionOptions, got {type(session_options).__name__}")
-        threads = session_options.intra_op_num_threads if session_options else 0
         eval_path = os.fspath(eval_model_uri) if eval_model_uri is not None else ""
         self._state = state
-        self._module = _C.Module(os.fspath(train_model_uri), state._state, eval_path, threads)
+        self._module = _C.Module(os.fspath(train_model_uri), state._state, eval_path, _native_options(session_options))
         self.training = True
         logger.info("loaded training model %s%s: inputs %s", os.fspath(train_model_uri),
                     f" and eval model {eval_path}" if eval_path else "", self._module.input_names(True))

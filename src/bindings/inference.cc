@@ -7,6 +7,7 @@
 #include <nanobind/stl/vector.h>
 #include <omp.h>
 #include <onnxtrain/inference_session.h>
+#include <onnxtrain/shape_inference.h>
 
 #include <algorithm>
 #include <cstring>
@@ -51,17 +52,14 @@ nb::list metadata_list(const std::vector<ValueMetadata>& values) {
 
 namespace {
 
-std::unique_ptr<InferenceSession> make_session(nb::object model, int threads) {
-  SessionOptions options;
-  options.intra_op_num_threads = threads;
+std::unique_ptr<InferenceSession> make_session(nb::object model, const SessionOptions& options) {
   return with_model_source(model,
                            [&](const auto& source) { return std::make_unique<InferenceSession>(source, options); });
 }
 
 // Runs the session on numpy feeds. Arrays named in `bfloat16_inputs` hold bfloat16 bits as
-// uint16 (numpy has no bfloat16). Returns (array, ONNX dtype code) per output.
-// (the outputs as numpy arrays, the positions of the bfloat16 ones among them: numpy holds
-// those as uint16)
+// uint16 (numpy has no bfloat16). Returns the outputs as numpy arrays, and the positions of
+// the bfloat16 ones among them (numpy holds those as uint16).
 nb::tuple run_session(InferenceSession& session, const std::vector<std::string>& output_names, nb::dict feeds,
                       const std::vector<std::string>& bfloat16_inputs) {
   std::vector<HostArray> arrays;  // keeps the borrowed memory alive through the run
@@ -83,17 +81,40 @@ nb::tuple run_session(InferenceSession& session, const std::vector<std::string>&
 }  // namespace
 
 void bind_inference(nb::module_& m) {
+  nb::enum_<GraphOptimizationLevel>(m, "GraphOptimizationLevel")
+      .value("ORT_DISABLE_ALL", GraphOptimizationLevel::kDisableAll)
+      .value("ORT_ENABLE_BASIC", GraphOptimizationLevel::kBasic)
+      .value("ORT_ENABLE_EXTENDED", GraphOptimizationLevel::kExtended)
+      .value("ORT_ENABLE_ALL", GraphOptimizationLevel::kAll);
+  // The C++ SessionOptions; Python's onnxtrain.SessionOptions checks its attributes and fills one.
+  nb::class_<SessionOptions>(m, "NativeSessionOptions")
+      .def(nb::init<>())
+      .def_rw("intra_op_num_threads", &SessionOptions::intra_op_num_threads)
+      .def_rw("graph_optimization_level", &SessionOptions::graph_optimization_level)
+      .def_rw("optimized_model_filepath", &SessionOptions::optimized_model_filepath)
+      .def_rw("enable_profiling", &SessionOptions::enable_profiling)
+      .def_rw("profile_file_prefix", &SessionOptions::profile_file_prefix);
+
   nb::class_<InferenceSession>(m, "InferenceSession")
       .def(
           "__init__",
-          [](InferenceSession* self, nb::object model, int threads) {
-            new (self) InferenceSession(std::move(*make_session(std::move(model), threads)));
+          [](InferenceSession* self, nb::object model, const SessionOptions& options) {
+            new (self) InferenceSession(std::move(*make_session(std::move(model), options)));
           },
-          "model"_a, "intra_op_num_threads"_a = 0)
+          "model"_a, "options"_a)
+      .def("end_profiling", &InferenceSession::end_profiling)
       .def("run", &run_session, "output_names"_a, "feeds"_a, "bfloat16_inputs"_a)
       .def("inputs", [](const InferenceSession& s) { return metadata_list(s.inputs()); })
       .def("outputs", [](const InferenceSession& s) { return metadata_list(s.outputs()); });
 
+  m.def(
+      "infer_types",
+      [](nb::object model) {
+        return metadata_list(with_model_source(model, [](const auto& source) { return infer_types(source); }));
+      },
+      "model"_a,
+      "The element type and shape of every value of a serialized model (bytes) or a model file (path) whose "
+      "type is known, as {name, dtype, shape} dicts.");
   m.def("supported_ops", [] {
     nb::list ops;
     for (const OpSupport& op : supported_ops()) {
