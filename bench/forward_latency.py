@@ -1,6 +1,6 @@
 """Forward latency of onnxtrain against onnxruntime on the reference models.
 
-For each model (eval mode, TorchScript and dynamo exports, see ``tests/python/models``),
+For each model (eval mode, TorchScript and dynamo exports, see ``zoo/``),
 batch size and thread count, both runtimes run the same inputs at the same intra-op thread
 count. Each runtime is warmed up, then the timed runs alternate between the two in
 ``--rounds`` blocks, so that a change in machine load during a measurement hits both; the
@@ -34,7 +34,7 @@ import numpy as np
 import onnxruntime
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.python.models import EXPORTERS, MODELS, case_id, get_case, is_sequence_model  # noqa: E402
+from zoo import EXPORTERS, MODELS, case_id, get_case, is_sequence_model  # noqa: E402
 
 Runner = Callable[[dict[str, np.ndarray]], Any]
 

@@ -1,7 +1,7 @@
 """Forward+backward time and peak memory: onnxtrain's gradient models against PyTorch.
 
 For each reference model (training-mode TorchScript export, dropout p=0, see
-``tests/python/models``) with a mean cross-entropy loss on top, one training step's
+``zoo/``) with a mean cross-entropy loss on top, one training step's
 forward and backward pass runs in
 
 - onnxtrain: the gradient model from ``onnxtrain.build_gradient_graph`` (loss and every
@@ -67,8 +67,8 @@ def reset_peak_memory() -> None:
 
 def prepare(model: str, folder: Path) -> None:
     """Writes the model's gradient model and its batch (inputs and labels) into `folder`."""
-    from autodiff.test_models import with_loss  # noqa: PLC0415 (tests are not a package on sys.path otherwise)
-    from models import build_model, get_case, is_sequence_model
+    from zoo import build_model, get_case, is_sequence_model
+    from zoo.training import with_loss
 
     import onnx
     import onnxtrain
@@ -93,7 +93,7 @@ def measure(runtime: str, model: str, folder: Path, threads: int, warmup: int, r
         feeds = {k: batch[k] for k in batch.files if k != "labels"}
     if runtime == "pytorch":
         import torch
-        from models import build_model
+        from zoo import build_model
 
         torch.set_num_threads(threads)
         module = build_model(model, "train", "torchscript").module

@@ -2,7 +2,7 @@
 onnxtrain against PyTorch and onnxruntime-training 1.19.2 (issue 4's benchmark).
 
 The models are the parity tests' MLP, CNN (with BatchNorm) and small GPT
-(``tests/python/training/training_models.py``), on the same fixed batches:
+(``zoo/training.py``), on the same fixed batches:
 
 - onnxtrain: ``generate_artifacts(..., loss=CrossEntropyLoss, optimizer=AdamW)``, then
   ``Module``/``Optimizer``; each step is ``module(x, y); optimizer.step(); module.lazy_reset_grad()``;
@@ -139,10 +139,10 @@ def measure_ort_training(folder: Path, threads: int, warmup: int, steps: int) ->
 def torch_module(model: str, folder: Path) -> Any:
     """The parity tests' torch module with the weights the ONNX model was exported with."""
     import torch
-    from tests.python.models import build_model
+    from zoo import build_model
 
     if model == "gpt":
-        class FlatLogits(torch.nn.Module):  # as training_models.py: [batch*seq, vocab] logits
+        class FlatLogits(torch.nn.Module):  # as zoo/training.py: [batch*seq, vocab] logits
             def __init__(self, inner: torch.nn.Module) -> None:
                 super().__init__()
                 self.inner = inner
@@ -163,7 +163,7 @@ def measure_torch(folder: Path, threads: int, warmup: int, steps: int) -> dict:
     import torch.nn.functional as F
 
     sys.path.insert(0, str(ROOT))
-    import tests.python.models  # noqa: F401
+    import zoo  # noqa: F401
     if folder.name == "gpt":
         import transformers  # noqa: F401 (the model's own library: part of the framework's imports)
     baseline = peak_rss_mb()
@@ -237,7 +237,7 @@ def prepare(models: list[str], frameworks: list[str], batch_count: int, work: Pa
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from tests.python.training.training_models import make_case, trainable_names
+    from zoo.training import make_case, trainable_names
 
     ort_outcome: dict[str, tuple[str, str]] = {}
     for name in models:

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds everything and runs every test, from a fresh clone or an existing tree:
-#   1. scripts/bootstrap.sh   — Debian packages and .venv (skips what is present)
+#   1. scripts/bootstrap.sh   — Debian packages and .venv (skips what is present);
+#      tools/check_layers.py  — the include graph of src/ and the Python imports point one way
+#      tools/check_odr.py     — no type defined at namespace scope in two source files
 #   2. pip install .          — builds the C++ library, CLI, C++ tests and onnxtrain._C
 #                               (incrementally, in build/<wheel tag>) into .venv
 #   3. ctest                  — the C++ tests
@@ -17,6 +19,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 scripts/bootstrap.sh
+
+echo "== structure: includes point down the layers, no Python import cycles, no duplicated definitions"
+.venv/bin/python tools/check_layers.py
+.venv/bin/python tools/check_odr.py
 
 echo "== building onnxtrain into .venv"
 .venv/bin/python -m pip install -q --no-build-isolation --no-deps --upgrade . -C cmake.define.ONNXTRAIN_BUILD_TESTS=ON

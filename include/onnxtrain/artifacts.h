@@ -41,6 +41,8 @@
 //                   "onnxtrain.moments" (comma-separated moment names, may be empty)
 #pragma once
 
+#include <onnxtrain/inference_session.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -134,5 +136,10 @@ void generate_artifacts(const std::filesystem::path& model_path, const std::file
 // The same for a serialized model; external data, if any, is looked up under `base_dir`.
 void generate_artifacts(std::span<const std::byte> model_bytes, const std::filesystem::path& artifact_directory,
                         const ArtifactOptions& options, const std::filesystem::path& base_dir = {});
+
+// optimizer_model.onnx alone, serialized: `options`' update of the parameters given by name,
+// floating-point element type and static shape (what onnxblock's optimizer blocks build).
+// Throws onnxtrain::Error when there is none, or one is not floating-point or has no shape.
+std::string build_optimizer_model(std::span<const ValueMetadata> parameters, const OptimizerOptions& options);
 
 }  // namespace onnxtrain

@@ -28,9 +28,11 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <filesystem>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace onnxtrain {
@@ -58,5 +60,14 @@ std::string build_gradient_graph(const std::filesystem::path& model_path, const 
 // external data beside it when the model exceeds protobuf's 2 GB limit).
 void build_gradient_graph(const std::filesystem::path& model_path, const std::filesystem::path& output_path,
                           const GradientRequest& request);
+
+// The ops a gradient can flow through: (domain, op type) of every gradient rule, "" being
+// ONNX's default domain. A differentiated value reaching any other op is an error.
+std::vector<std::pair<std::string, std::string>> differentiable_ops();
+
+// Every org.onnxtrain function (gradient ops, fused ops, gradient accumulation, optimizer
+// steps) as the model-local functions of an otherwise empty serialized model whose default
+// ONNX opset is `opset` — the definitions onnxtrain copies into the models it writes.
+std::string function_library(int64_t opset);
 
 }  // namespace onnxtrain

@@ -87,7 +87,6 @@ class Module {
  private:
   struct Model;
   std::vector<Tensor> run(Model& model, const std::vector<Tensor>& inputs, bool training);
-  void bind_parameters(Model& model) const;
 
   CheckpointState* state_ = nullptr;
   SessionOptions options_;

@@ -56,6 +56,8 @@ class TrainingAgent {
   // The backward outputs, in backward_outputs() order. Throws when the state's backward
   // has run already, or when a gradient is missing or has the wrong type or shape.
   std::vector<Tensor> run_backward(const NamedTensors& output_grads, RunState& state);
+  // True while `state`'s backward has not run.
+  static bool backward_pending(const RunState& state);
 
   const std::vector<std::string>& forward_outputs() const { return forward_outputs_; }
   const std::vector<std::string>& backward_outputs() const { return backward_outputs_; }

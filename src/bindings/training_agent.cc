@@ -7,7 +7,6 @@
 
 #include "bindings/bindings.h"
 #include "bindings/tensor_conversion.h"
-#include "runtime/executor.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -43,7 +42,7 @@ void bind_training_agent(nb::module_& m) {
   nb::class_<PendingRun>(m, "RunState")
       .def_prop_ro(
           "backward_pending",
-          [](const PendingRun& run) { return run.state && run.state->next_stage() < run.state->stage_count(); })
+          [](const PendingRun& run) { return run.state && TrainingAgent::backward_pending(*run.state); })
       .def("release", [](PendingRun& run) {
         run.state.reset();
         run.feeds.clear();

@@ -540,12 +540,4 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
   write_file_atomically(path, bytes);
 }
 
-Tensor load_tensor(std::span<const std::byte> bytes) {
-  onnx::TensorProto proto;
-  if (!proto.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    throw Error("not a valid onnx.TensorProto", ErrorKind::kInvalidArgument);
-  }
-  return Reader{}.tensor(proto);
-}
-
 }  // namespace onnxtrain::ir

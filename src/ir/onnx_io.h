@@ -29,7 +29,4 @@ void save_model(const Model& model, const std::filesystem::path& path, const Sav
 // Serializes with all tensor data inline; fails above protobuf's 2 GB limit.
 std::string serialize_model(const Model& model);
 
-// Reads one onnx.TensorProto (as stored in the backend test data sets).
-Tensor load_tensor(std::span<const std::byte> bytes);
-
 }  // namespace onnxtrain::ir

@@ -15,13 +15,12 @@
 #include <set>
 #include <unordered_map>
 
-#include "autodiff/functions.h"
+#include "ir/functions.h"
 #include "autodiff/gradient_builder.h"
 #include "ir/onnx_io.h"
 #include "ir/shape_inference.h"
 #include "passes/fuse_gelu.h"
 #include "training/artifacts_graph.h"
-#include "training/functions.h"
 #include "training/losses.h"
 #include "training/model_interface.h"
 #include "training/optimizer_model.h"
@@ -273,7 +272,7 @@ class ArtifactBuilder {
 
     ir::ValueInfo loss_output;
     std::vector<ir::ValueInfo> labels;
-    training::GraphEditor editor(graph, "loss");
+    ir::GraphEditor editor(graph, "loss");
     if (loss.kind == LossKind::kNone) {
       loss_output = value_info(loss_inputs[0], input_type.dtype, input_type.shape);
     } else {
@@ -323,7 +322,7 @@ class ArtifactBuilder {
       // Per-element losses (a builtin loss without reduction, or a model or onnxblock loss
       // output that is not a scalar): differentiate their sum, as torch's
       // loss.backward(torch.ones_like(loss)) does.
-      training::GraphEditor editor(model.graph, "loss");
+      ir::GraphEditor editor(model.graph, "loss");
       start = editor.add("ReduceSum", {loss_name_}, {ir::attr("keepdims", 0)});
     }
     GradientRequest request;
@@ -361,7 +360,7 @@ class ArtifactBuilder {
     }
 
     ir::Graph& graph = model.graph;
-    training::GraphEditor editor(graph, "accumulation");
+    ir::GraphEditor editor(graph, "accumulation");
     editor.reserve(std::string(training::kLazyResetGrad), "would be the training model's lazy_reset_grad input");
     std::vector<ir::ValueInfo> buffers;
     std::vector<ir::ValueInfo> outputs = eval_outputs_;
@@ -371,7 +370,7 @@ class ArtifactBuilder {
       editor.reserve(buffer, "would be the gradient accumulation buffer of '" + p + "'");
       editor.reserve(out, "would be the accumulated gradient of '" + p + "'");
       editor.add("AccumulateGradient", {p + "_grad", buffer, std::string(training::kLazyResetGrad)}, {}, out,
-                 std::string(autodiff::kGradientDomain));
+                 std::string(ir::kOnnxtrainDomain));
       ir::ValueInfo info = parameter_info(p);
       info.name = buffer;
       buffers.push_back(info);
@@ -381,7 +380,7 @@ class ArtifactBuilder {
     graph.inputs.insert(graph.inputs.end(), buffers.begin(), buffers.end());
     graph.inputs.push_back(value_info(std::string(training::kLazyResetGrad), DType::kBool, std::vector<ir::Dim>{}));
     graph.outputs = std::move(outputs);
-    training::use_training_function(model, "AccumulateGradient");
+    ir::FunctionLibrary::global().add_to(model, "AccumulateGradient");
     return model;
   }
 
@@ -408,7 +407,7 @@ class ArtifactBuilder {
       return node.op_type == "BatchNormalization" && node.domain.empty() && mode && mode->i != 0 &&
              node.inputs.size() == 5 && frozen.contains(node.inputs[3]) && frozen.contains(node.inputs[4]);
     };
-    training::GraphEditor editor(training.graph, "running_statistics");
+    ir::GraphEditor editor(training.graph, "running_statistics");
     std::vector<ir::Node> copies;
     for (ir::Node& node : training.graph.nodes) {
       if (!tracked(node)) continue;

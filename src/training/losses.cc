@@ -19,7 +19,7 @@ std::string_view reduction_name(Reduction reduction) {
 }
 
 // Per-element losses -> the loss output.
-std::string reduce(GraphEditor& editor, const std::string& elements, Reduction reduction) {
+std::string reduce(ir::GraphEditor& editor, const std::string& elements, Reduction reduction) {
   // Without axes, both reduce over every axis.
   switch (reduction) {
     case Reduction::kMean:
@@ -41,7 +41,7 @@ ir::ValueInfo label_like(const std::string& name, const ir::ValueType& input_typ
 }
 
 // mean((x - t)^2) or mean(|x - t|).
-LossGraph pointwise_loss(GraphEditor& editor, const LossOptions& options, const std::string& input,
+LossGraph pointwise_loss(ir::GraphEditor& editor, const LossOptions& options, const std::string& input,
                          const ir::ValueType& type) {
   const std::string target = "target";
   editor.reserve(target, "would be the loss's target input");
@@ -54,7 +54,7 @@ LossGraph pointwise_loss(GraphEditor& editor, const LossOptions& options, const 
 // torch's form: l = (1 - t) x + (1 + (pos_weight - 1) t) softplus(-x), times weight.
 // Softplus is stable in onnxtrain and onnxruntime, and its gradient (sigmoid) is exact at
 // x = 0, where log(1 + exp(-|x|)) + max(-x, 0) would take the subgradients 0 of Abs and Relu.
-LossGraph bce_with_logits_loss(GraphEditor& editor, const LossOptions& options, const std::string& input,
+LossGraph bce_with_logits_loss(ir::GraphEditor& editor, const LossOptions& options, const std::string& input,
                                const ir::ValueType& type) {
   const std::string target = "target";
   editor.reserve(target, "would be the loss's target input");
@@ -76,7 +76,7 @@ LossGraph bce_with_logits_loss(GraphEditor& editor, const LossOptions& options, 
 }
 
 // SoftmaxCrossEntropyLoss over axis 1 of scores [N, C, d...] and labels [N, d...].
-LossGraph cross_entropy_loss(GraphEditor& editor, const LossOptions& options, const std::string& input,
+LossGraph cross_entropy_loss(ir::GraphEditor& editor, const LossOptions& options, const std::string& input,
                              const ir::ValueType& type) {
   if (type.shape && type.shape->size() < 2) {
     throw Error("cross-entropy loss: the scores '" + input + "' have rank " + std::to_string(type.shape->size()) +
@@ -126,7 +126,7 @@ std::string_view loss_name(LossKind kind) {
   return "?";
 }
 
-LossGraph add_loss(GraphEditor& editor, const LossOptions& options, const std::string& input,
+LossGraph add_loss(ir::GraphEditor& editor, const LossOptions& options, const std::string& input,
                    const ir::ValueType& input_type) {
   if (!is_floating(input_type.dtype)) {
     throw Error(std::string(loss_name(options.kind)) + " loss: its input '" + input + "' holds " +

@@ -22,7 +22,7 @@ struct LossGraph {
 // Appends the loss of `input` (a forward value of type `input_type`) to the editor's graph.
 // Throws an Error naming `input` when its type does not suit the loss, or when the model
 // already uses one of the loss's interface names.
-LossGraph add_loss(GraphEditor& editor, const LossOptions& options, const std::string& input,
+LossGraph add_loss(ir::GraphEditor& editor, const LossOptions& options, const std::string& input,
                    const ir::ValueType& input_type);
 
 std::string_view loss_name(LossKind kind);

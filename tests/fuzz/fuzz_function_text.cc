@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "autodiff/function_text.h"
+#include "ir/function_text.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

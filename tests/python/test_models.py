@@ -26,7 +26,7 @@ try:  # tests/python as a package
     from .models import get_case, list_cases
 except ImportError:  # tests/python as a plain directory, under any pytest import mode
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from models import get_case, list_cases
+    from zoo import get_case, list_cases
 
 try:
     import onnxtrain as _onnxtrain

@@ -19,15 +19,13 @@ from typing import Any, Optional, Union
 
 import onnx
 
-from onnxtrain import _C
 from onnxtrain._logging import logger
-from onnxtrain.training.onnxblock import _graph_utils
+from onnxtrain.training.onnxblock import _artifact_builder, _graph_utils
 from onnxtrain.training.onnxblock import blocks as _blocks
 from onnxtrain.training.onnxblock import loss as _loss
 from onnxtrain.training.onnxblock import model_accessor as _accessor
 from onnxtrain.training.onnxblock import optim as _optim
 
-_PROTOBUF_LIMIT = 2**31 - 1
 
 
 class LossType(enum.Enum):
@@ -159,7 +157,7 @@ def generate_artifacts(
         )
     if not isinstance(prefix, str):
         raise TypeError(f"prefix must be a str, got {type(prefix).__name__}")
-    options = _base_options(
+    options = _artifact_builder.base_options(
         requires_grad=_names("requires_grad", requires_grad),
         frozen_params=_names("frozen_params", frozen_params),
         additional_output_names=_names("additional_output_names", additional_output_names),
@@ -181,12 +179,12 @@ def generate_artifacts(
     cpp_loss = _loss_options(loss)
     if cpp_loss is not None:
         options.update(cpp_loss)
-        found = _generate(model, directory, options)
+        found = _artifact_builder.generate(model, directory, options)
     else:
         with _accessor.base(model) as accessor:
             assert isinstance(loss, _blocks.Block)  # _loss_options returned None: a block to build here
             _build_loss(accessor, loss, options)
-            found = _generate(accessor, directory, options)
+            found = _artifact_builder.generate(accessor, directory, options)
     for message in found:
         warnings.warn(message, stacklevel=2)
     written = [f"{prefix}{name}" for name in ("training_model.onnx", "eval_model.onnx")]
@@ -223,40 +221,6 @@ def _build_loss(accessor: _accessor.ModelAccessor, loss: _blocks.Block, options:
     options["loss"] = "none"
     options["loss_input_names"] = [loss_name]
     options["additional_output_names"] = names[1:] + options["additional_output_names"]
-
-
-def _base_options(requires_grad: Sequence[str] = (), frozen_params: Sequence[str] = (),
-                  additional_output_names: Sequence[str] = (), loss_input_names: Sequence[str] = (),
-                  prefix: str = "", nominal_checkpoint: bool = False) -> dict[str, Any]:
-    """The C++ builder's options: no loss added, no optimizer, unless updated."""
-    return {
-        "requires_grad": list(requires_grad),
-        "frozen_params": list(frozen_params),
-        "additional_output_names": list(additional_output_names),
-        "loss_input_names": list(loss_input_names),
-        "prefix": prefix,
-        "nominal_checkpoint": nominal_checkpoint,
-        "loss": "none",
-        "optimizer": None,
-    }
-
-
-def _generate(model: Union[onnx.ModelProto, str, "os.PathLike[str]", _accessor.ModelAccessor], directory: str,
-              options: dict) -> list[str]:
-    """Runs the C++ artifact builder on ``model``; returns its warnings."""
-    if isinstance(model, _accessor.ModelAccessor):
-        if model.has_path or model.model.ByteSize() > _PROTOBUF_LIMIT:
-            with model.saved() as path:
-                return _C.generate_artifacts(path, directory, options)
-        model = model.model
-    if isinstance(model, onnx.ModelProto):
-        if model.ByteSize() <= _PROTOBUF_LIMIT:
-            return _C.generate_artifacts(model.SerializeToString(), directory, options, os.getcwd())
-        # Too large to serialize in one piece: hand C++ a file with external data (and leave
-        # the caller's model as it was).
-        with _accessor.saved_with_external_data(model) as path:
-            return _C.generate_artifacts(path, directory, options)
-    return _C.generate_artifacts(os.fspath(model), directory, options)
 
 
 __all__ = ["LossType", "OptimType", "generate_artifacts"]

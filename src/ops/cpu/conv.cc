@@ -678,9 +678,9 @@ class StreamingConv {
 
 // ---- the kernels ----
 
-class ConvKernelBase : public OpKernel {
+class ConvKernel : public OpKernel {
  public:
-  ConvKernelBase(const KernelInfo& info, bool transpose)
+  ConvKernel(const KernelInfo& info, bool transpose)
       : attrs_(info, transpose),
         transpose_(transpose),
         relu_(fused_relu(info)),
@@ -940,12 +940,12 @@ class ConvKernelBase : public OpKernel {
 };
 
 const KernelRegistration kConv{"", "Conv", 1, kLatestOpset,
-                               [](const KernelInfo& info) { return std::make_unique<ConvKernelBase>(info, false); }};
+                               [](const KernelInfo& info) { return std::make_unique<ConvKernel>(info, false); }};
 const KernelRegistration kFusedConv{"org.onnxtrain", "FusedConv", 1, kLatestOpset, [](const KernelInfo& info) {
-                                      return std::make_unique<ConvKernelBase>(info, false);
+                                      return std::make_unique<ConvKernel>(info, false);
                                     }};
 const KernelRegistration kConvTranspose{"", "ConvTranspose", 1, kLatestOpset, [](const KernelInfo& info) {
-                                          return std::make_unique<ConvKernelBase>(info, true);
+                                          return std::make_unique<ConvKernel>(info, true);
                                         }};
 
 }  // namespace

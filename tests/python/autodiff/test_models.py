@@ -45,7 +45,8 @@ import pytest
 from onnx import helper, numpy_helper
 
 import onnxtrain
-from models import build_model, get_case, is_sequence_model, parse_case_id
+from zoo import build_model, get_case, is_sequence_model, parse_case_id
+from zoo.training import with_loss
 
 from .gradcheck import Unsupported, make_session
 
@@ -56,24 +57,6 @@ CASES = [f"{m}-torchscript-train" for m in MODELS] + [f"{m}-dynamo-train" for m 
 BATCH = 3
 SEQ_LEN = 7
 RTOL, ATOL = 1e-4, 1e-6
-
-
-def with_loss(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Adds `labels` (int64, the logits' shape without the class axis) and a scalar
-    `loss` = mean cross-entropy of the logits (classes on the last axis)."""
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    graph = model.graph
-    logits = graph.output[0].name
-    rank = len(graph.output[0].type.tensor_type.shape.dim)
-    label_dims = [d.dim_param or d.dim_value for d in graph.output[0].type.tensor_type.shape.dim][:-1]
-    graph.input.append(helper.make_tensor_value_info("labels", onnx.TensorProto.INT64, label_dims))
-    scores = logits
-    if rank == 3:  # [batch, seq, classes] -> [batch, classes, seq]
-        graph.node.append(helper.make_node("Transpose", [logits], ["scores"], perm=[0, 2, 1], name="loss/Transpose"))
-        scores = "scores"
-    graph.node.append(helper.make_node("SoftmaxCrossEntropyLoss", [scores, "labels"], ["loss"], name="loss/SCE"))
-    graph.output.append(helper.make_tensor_value_info("loss", onnx.TensorProto.FLOAT, []))
-    return model
 
 
 @functools.cache

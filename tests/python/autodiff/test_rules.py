@@ -76,6 +76,11 @@ ELEMENTWISE = [
     case("Where-broadcast", "Where", {"c": V(np.array([[True, False, True], [False, True, True]])), "x": F(2, 3), "y": F(3)}),
     case("Where-scalar", "Where", {"c": V(np.array([True, False, True])), "x": F(), "y": F(2, 3)}),
     case("Cast-double", "Cast", {"x": F(2, 3)}, {"to": 11}),
+    case("CastLike-double", "CastLike", {"x": F(2, 3), "like": F(1, grad=False)}, opset=15),
+    # Piecewise constant: the gradient is zero almost everywhere (inputs away from the steps).
+    *[case(f"{op}-zero", op, {"x": F(2, 3, away_from=steps)})
+      for op, steps in [("Floor", range(-4, 5)), ("Ceil", range(-4, 5)), ("Round", [k + 0.5 for k in range(-5, 5)]),
+                        ("Sign", [0.0])]],
     case("Identity", "Identity", {"x": F(2, 3)}),
 ]
 

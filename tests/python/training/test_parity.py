@@ -24,7 +24,7 @@ from onnxtrain import SessionOptions  # noqa: E402
 from onnxtrain.training import artifacts  # noqa: E402
 from onnxtrain.training.api import CheckpointState, Module, Optimizer  # noqa: E402
 from onnxtrain.training.onnxblock import optim  # noqa: E402
-from tests.python.training.training_models import make_case, torch_losses, trainable_names  # noqa: E402
+from zoo.training import make_case, torch_losses, trainable_names  # noqa: E402
 
 STEPS = 200
 

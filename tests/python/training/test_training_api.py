@@ -21,7 +21,7 @@ import onnxruntime  # noqa: E402
 from onnxtrain import OrtValue  # noqa: E402
 from onnxtrain.training import artifacts  # noqa: E402
 from onnxtrain.training.api import CheckpointState, LinearLRScheduler, Module, Optimizer  # noqa: E402
-from tests.python.training.training_models import make_case, trainable_names  # noqa: E402
+from zoo.training import make_case, trainable_names  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*stay constants")
 
@@ -202,7 +202,7 @@ def test_checkpoint_loads_into_the_torch_model(mlp_case, mlp_artifacts, tmp_path
 RESUME_SCRIPT = textwrap.dedent("""
     import sys, json, numpy as np
     sys.path[:0] = {paths!r}
-    from tests.python.training.training_models import make_case
+    from zoo.training import make_case
     from onnxtrain import SessionOptions
     from onnxtrain.training.api import CheckpointState, Module, Optimizer
     import pathlib

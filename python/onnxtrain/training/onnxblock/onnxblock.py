@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 import onnx
 
-from onnxtrain.training.onnxblock import _graph_utils
+from onnxtrain.training.onnxblock import _artifact_builder, _graph_utils
 from onnxtrain.training.onnxblock import model_accessor as _accessor
 from onnxtrain.training.onnxblock.blocks import Block
 
@@ -152,12 +152,10 @@ def _build_models(accessor: _accessor.ModelAccessor, outputs: list[str], trainab
                   frozen: list[str]) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """The training and eval models of the base whose output ``outputs[0]`` is the loss, by
     the C++ artifact builder."""
-    from onnxtrain.training import artifacts
-
-    options = artifacts._base_options(loss_input_names=[outputs[0]], additional_output_names=outputs[1:],
+    options = _artifact_builder.base_options(loss_input_names=[outputs[0]], additional_output_names=outputs[1:],
                                       requires_grad=trainable, frozen_params=frozen)
     with tempfile.TemporaryDirectory(prefix="onnxblock-") as folder:
-        for message in artifacts._generate(accessor, folder, options):
+        for message in _artifact_builder.generate(accessor, folder, options):
             warnings.warn(message, stacklevel=3)
         return (onnx.load_model(os.path.join(folder, "training_model.onnx")),
                 onnx.load_model(os.path.join(folder, "eval_model.onnx")))

@@ -357,7 +357,6 @@ def test_models_over_the_protobuf_limit_go_by_file_and_stay_unchanged(two_heads,
     module, model = two_heads
     before = model.SerializeToString()
     monkeypatch.setattr(model_accessor, "_PROTOBUF_LIMIT", 1000)
-    monkeypatch.setattr(artifacts, "_PROTOBUF_LIMIT", 1000)
     artifacts.generate_artifacts(model, requires_grad=[i.name for i in model.graph.initializer],
                                  loss=WeightedAverageLoss(), artifact_directory=tmp_path)
     assert model.SerializeToString() == before

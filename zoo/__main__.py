@@ -2,7 +2,7 @@
 
 Usage, from the repository root::
 
-    .venv/bin/python -m tests.python.models [--models mlp cnn ...] [--force] > /tmp/op_inventory.txt
+    .venv/bin/python -m zoo [--models mlp cnn ...] [--force] > /tmp/op_inventory.txt
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from collections import Counter, defaultdict
 
 import onnx
 
-from . import (EXPORTERS, MODELS, MODES, OpKey, attribute_variants, export_case, get_case,
-               list_cases, model_ops, parse_case_id, read_metadata, training_nodes)
+from zoo import EXPORTERS, MODELS, MODES, export_case, get_case, list_cases, parse_case_id, read_metadata
+from zoo.inventory import OpKey, attribute_variants, model_ops, training_nodes
 
 _SHORT = {"torchscript": "ts", "dynamo": "dy", "eval": "eval", "train": "train"}
 _ALL_VARIANTS = len(EXPORTERS) * len(MODES)

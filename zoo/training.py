@@ -1,4 +1,5 @@
-"""Small models trained in the training tests, with their torch twins and fixed data.
+"""Small models trained in the training tests and benches, with their torch twins and fixed
+data; and `with_loss`, which puts a cross-entropy loss on a zoo model's logits.
 
 Each ``TrainingCase`` holds a torch module (fixed seed), its training-mode ONNX export
 (TorchScript, opset 17, dynamic batch) whose output feeds the loss, and a data stream: the
@@ -13,8 +14,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+import onnx
+from onnx import helper
 
-from tests.python.models import build_model
+from zoo import build_model
 
 
 @dataclasses.dataclass
@@ -140,3 +143,21 @@ def torch_losses(case: TrainingCase, optimizer: Callable[[Any], Any], steps: int
         opt.step()
         losses.append(loss.item())
     return losses
+
+
+def with_loss(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Adds `labels` (int64, the logits' shape without the class axis) and a scalar
+    `loss` = mean cross-entropy of the logits (classes on the last axis)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    graph = model.graph
+    logits = graph.output[0].name
+    rank = len(graph.output[0].type.tensor_type.shape.dim)
+    label_dims = [d.dim_param or d.dim_value for d in graph.output[0].type.tensor_type.shape.dim][:-1]
+    graph.input.append(helper.make_tensor_value_info("labels", onnx.TensorProto.INT64, label_dims))
+    scores = logits
+    if rank == 3:  # [batch, seq, classes] -> [batch, classes, seq]
+        graph.node.append(helper.make_node("Transpose", [logits], ["scores"], perm=[0, 2, 1], name="loss/Transpose"))
+        scores = "scores"
+    graph.node.append(helper.make_node("SoftmaxCrossEntropyLoss", [scores, "labels"], ["loss"], name="loss/SCE"))
+    graph.output.append(helper.make_tensor_value_info("loss", onnx.TensorProto.FLOAT, []))
+    return model
