@@ -42,7 +42,7 @@ from onnx import TensorProto, helper, numpy_helper
 OPSET = 18
 
 # Tolerances per output dtype: (rtol, atol). Integers and booleans must match exactly.
-TOLERANCE = {np.float32: (1e-4, 1e-5), np.float64: (1e-9, 1e-12)}
+TOLERANCE = {np.float32: (1e-4, 1e-5), np.float64: (1e-9, 1e-12), np.float16: (5e-3, 5e-3)}
 
 # Where onnxruntime 1.23 deviates from the ONNX spec and onnxtrain follows it. The generator
 # marks a graph that runs into one (in its metadata); a mismatch in such a graph is filtered
@@ -769,12 +769,20 @@ def undo(g: Graph, mark: tuple[int, int, int, int]) -> None:
 
 def generate(seed: int, index: int, supported: set[str]) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """Case `index` of `seed`: a valid model and its feeds."""
-    rng = np.random.default_rng([seed, index])
+    return build(np.random.default_rng([seed, index]), supported, f"fuzz_{seed}_{index}")
+
+
+def build(rng, supported: set[str], name: str, max_nodes: int = 29,
+          validate: bool = True) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A model of 1 to `max_nodes` nodes and its feeds, every choice drawn from `rng` (numpy's
+    Generator, or tests/fuzz/fuzz_graph.py's reader of a fuzzer's bytes). `validate` runs onnx's
+    checker and strict shape inference on it (ValidationError/InferenceError when the generator
+    got a rule wrong)."""
     g = Graph(rng)
     for _ in range(int(rng.integers(1, 3))):
         dtype = [np.float32, np.float32, np.float64, np.int64][int(rng.integers(0, 4))]
         g.new_input(dtype, g.random_shape())
-    target = int(rng.integers(1, 30))
+    target = int(rng.integers(1, max_nodes + 1))
     attempts = 0
     while len(g.nodes) < target and attempts < 20 * target:
         attempts += 1
@@ -789,16 +797,22 @@ def generate(seed: int, index: int, supported: set[str]) -> tuple[onnx.ModelProt
         x = g.values[0]
         outputs = [g.add("Identity", [x.name], x.dtype, x.shape, exact=x.exact)]
     graph = helper.make_graph(
-        g.nodes, f"fuzz_{seed}_{index}",
+        g.nodes, name,
         [helper.make_tensor_value_info(v.name, ELEM[v.dtype], v.shape) for v in g.inputs],
         [helper.make_tensor_value_info(v.name, ELEM[v.dtype], v.shape) for v in outputs],
         initializer=g.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=9)
     helper.set_model_props(model, {"graph_fuzz.single": ",".join(v.name for v in outputs if v.single),
                                    "graph_fuzz.known": ",".join(sorted(g.known))})
+    if validate:
+        check_valid(model)
+    return model, g.feeds
+
+
+def check_valid(model: onnx.ModelProto) -> None:
+    """onnx's checker and strict shape inference (ValidationError/InferenceError)."""
     onnx.checker.check_model(model, full_check=True)
     onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
-    return model, g.feeds
 
 
 # --- running a case (in the worker) ---------------------------------------------------------------
@@ -824,28 +838,73 @@ def compare(expected: list[np.ndarray], actual: list[np.ndarray], single: list[b
 
 
 def run_case(folder: Path, report) -> dict:
+    return check_case((folder / "model.onnx").read_bytes(), dict(np.load(folder / "inputs.npz")), report)
+
+
+class Engines:
+    """The session options of the two runtimes, made once (a fuzzer checks many cases)."""
+
+    def __init__(self) -> None:
+        import onnxruntime as ort
+        import onnxtrain
+
+        ort.set_default_logger_severity(4)  # refusals are expected; no log line for each
+        self.ort_options = ort.SessionOptions()
+        self.ort_options.intra_op_num_threads = 1
+        self.ort_options.log_severity_level = 4  # no warnings (unused initializers), no errors
+        self.ort_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        self.options = onnxtrain.SessionOptions()
+        self.options.intra_op_num_threads = 1
+
+
+_engines: Engines | None = None
+
+
+# What onnxtrain raises for bad input (its C++ errors arrive as these). Anything else, or a
+# message that says an exception other than onnxtrain's escaped the C++ core, is a finding.
+CLEAN_ERRORS = (RuntimeError, ValueError, NotImplementedError)
+ESCAPED = "internal error"
+
+
+def check_case(model_bytes: bytes, feeds: dict[str, np.ndarray], report=lambda stage: None,
+               run_ort: bool = True) -> dict:
+    """Runs one case in onnxruntime, then in onnxtrain, and compares. {"status": ...}:
+      ok            both ran and agree
+      ort_refused   onnxruntime refused the case; onnxtrain ran it or raised a clean error
+      error         onnxtrain raised a clean error where onnxruntime ran the case
+      unclean_error onnxtrain raised something else (TypeError, an escaped C++ exception...)
+      mismatch      the outputs differ; judged by onnx.reference: "status" ort_deviation or
+                    known_ort_deviation when it sides with onnxtrain
+    `report(stage)` is told when onnxtrain starts ("onnxtrain") and when the judging starts.
+    `run_ort=False` runs onnxtrain alone (a model onnx rejects, which may crash onnxruntime):
+    the status is then ok, ort_refused or unclean_error."""
     import onnxruntime as ort
     import onnxtrain
 
-    model_bytes = (folder / "model.onnx").read_bytes()
-    feeds = dict(np.load(folder / "inputs.npz"))
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3  # no warnings about unused initializers
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    global _engines
+    if _engines is None:
+        _engines = Engines()
     try:
-        expected = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"]).run(None, feeds)
-    except Exception as e:  # noqa: BLE001 - onnxruntime refusing a valid graph is not our finding
-        return {"status": "ort_refused", "detail": f"{type(e).__name__}: {str(e)[:300]}"}
+        if not run_ort:
+            raise ValueError("not run: onnx rejects the model")
+        session = ort.InferenceSession(model_bytes, _engines.ort_options, providers=["CPUExecutionProvider"])
+        expected, refusal = session.run(None, feeds), None
+    except Exception as e:  # noqa: BLE001 - onnxruntime refusing a graph is not our finding
+        expected, refusal = None, f"{type(e).__name__}: {str(e)[:300]}"
     report("onnxtrain")  # from here on, a dying worker is onnxtrain's crash
     if os.environ.get("GRAPH_FUZZ_TEST_ABORT"):  # tests/python/test_graph_fuzz.py: a crash on demand
         os.abort()
     try:
-        trainer_options = onnxtrain.SessionOptions()
-        trainer_options.intra_op_num_threads = 1
-        actual = onnxtrain.InferenceSession(model_bytes, trainer_options).run(None, feeds)
+        actual = onnxtrain.InferenceSession(model_bytes, _engines.options).run(None, feeds)
     except Exception as e:  # noqa: BLE001
-        return {"status": "error", "detail": f"{type(e).__name__}: {str(e)[:500]}"}
+        detail = f"{type(e).__name__}: {str(e)[:500]}"
+        if not isinstance(e, CLEAN_ERRORS) or str(e).startswith(ESCAPED):
+            return {"status": "unclean_error", "detail": detail}
+        if refusal is not None:
+            return {"status": "ort_refused", "detail": refusal, "onnxtrain": detail}
+        return {"status": "error", "detail": detail}
+    if refusal is not None:
+        return {"status": "ort_refused", "detail": refusal}
     report("compare")
     model = onnx.load_from_string(model_bytes)
     props = {p.key: p.value for p in model.metadata_props}
@@ -1061,7 +1120,7 @@ class Worker:
             self.process = None
 
 
-FAILURES = {"crash", "error", "mismatch"}
+FAILURES = {"crash", "error", "unclean_error", "mismatch"}
 
 
 def fuzz(seed: int, cases: int | None, seconds: float | None, out: Path, timeout: float = 60.0,

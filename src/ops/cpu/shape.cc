@@ -289,7 +289,7 @@ Shape reshape_target(const KernelContext& ctx, const Shape& in, const std::vecto
 
 // Reshape-5+: the shape is input 1; allowzero (14+) makes 0 a real zero-size dimension.
 const KernelRegistration kReshape{"", "Reshape", 5, kLatestOpset, {.host_inputs = {1}}, [](const KernelInfo& info) {
-                                    const bool allow_zero = info.int_attribute("allowzero", 0) != 0;
+                                    const bool allow_zero = info.bool_attribute("allowzero", false);
                                     return make_kernel([allow_zero](KernelContext& ctx) {
                                       const Tensor& x = ctx.input(0);
                                       const std::vector<int64_t> requested = required_ints(ctx, 1, "shape");
@@ -862,7 +862,7 @@ const KernelRegistration kPad11{
 
 const KernelRegistration kTrilu{
     "", "Trilu", 14, kLatestOpset, [](const KernelInfo& info) {
-      const bool upper = info.int_attribute("upper", 1) != 0;
+      const bool upper = info.bool_attribute("upper", true);
       return make_kernel([upper](KernelContext& ctx) {
         const Tensor& x = ctx.input(0);
         if (x.rank() < 2) ctx.fail("input has shape " + shape_string(x.shape()) + ", expected rank >= 2");
