@@ -83,7 +83,7 @@ for target in $targets; do
     # atheris has no fork mode: one process; a finding ends the run (its model and feeds are
     # kept as a .npz beside the crash input).
     FUZZ_GRAPH_FINDINGS=$crashes fuzzer "$target" "$corpus" "$build/seeds/$target" -max_total_time="$seconds" \
-      -rss_limit_mb=4096 -max_len=4096 -timeout=60 -artifact_prefix="$crashes/" > "$build/$target.log" 2>&1 || true
+      -rss_limit_mb=4096 -max_len=1024 -timeout=60 -artifact_prefix="$crashes/" > "$build/$target.log" 2>&1 || true
     grep -E "^#[0-9]+.*(pulse|DONE)|Done [0-9]+ runs|ERROR|SUMMARY" "$build/$target.log" | tail -n 3
   else
     fuzzer "$target" "$corpus" "$build/seeds/$target" -fork=1 -ignore_ooms=1 -ignore_timeouts=1 \
