@@ -14,9 +14,14 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-pytest_part="tests/python/test_fuzz_regressions.py tests/python/test_fuzz_corpus.py tests/python/test_inference_session.py
-tests/python/test_runtime_fusions.py tests/python/ops/test_pool.py tests/python/ops/test_shape.py
-tests/python/ops/test_matmul.py tests/python/training/test_checkpoint.py"
+# The part of pytest: ops (pooling, shape ops, matmul, reductions, elementwise), autodiff (the
+# gradient builder, functions), the training API and checkpoints (the catalogues, the training
+# API tests, checkpoint tests), the session, and the fuzz reproducers and corpora.
+pytest_part="tests/python/test_catalogue.py tests/python/test_fuzz_regressions.py tests/python/test_fuzz_corpus.py
+tests/python/test_inference_session.py tests/python/ops/test_pool.py tests/python/ops/test_shape.py
+tests/python/ops/test_matmul.py tests/python/ops/test_reduce.py tests/python/ops/test_elementwise.py
+tests/python/autodiff/test_builder.py tests/python/autodiff/test_functions.py tests/python/training/test_checkpoint.py
+tests/python/training/test_training_api.py"
 ctest_only=0
 while (($#)); do
   case "$1" in
@@ -29,7 +34,7 @@ done
 
 scripts/bootstrap.sh > /dev/null
 build=build/sanitize
-if ((ctest_only)); then scripts/sanitized_build.sh onnxtrain_tests; else scripts/sanitized_build.sh onnxtrain_tests _C; fi
+if ((ctest_only)); then scripts/sanitized_build.sh onnxtrain_tests; else scripts/sanitized_build.sh onnxtrain_tests _C onnxtrain_cli; fi
 
 echo "== ctest under ASan (leaks checked) and UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -428,7 +428,7 @@ misuse("module session options of another type", "Module(..., session_options=4)
 misuse("module from a missing file", "Module('missing.onnx', state)", RuntimeError, "missing.onnx")(
     lambda c: Module(c.dir / "missing.onnx", c.state()))
 misuse("module given the inference model", "Module(the plain model, state): no gradient outputs", ValueError,
-       "mlp.onnx")(
+       "mlp.onnx", "not a training model")(
     lambda c: Module(c.model_path, c.state()))
 misuse("too few inputs", "module(x) without the target", ValueError, "takes 2 inputs", "got 1")(
     lambda c: c.module()(c.x))
