@@ -230,6 +230,16 @@ bad("reshape that cannot fit", "Reshape of 6 elements to [4, -1]", ValueError, "
     lambda c: onnxtrain.InferenceSession(one_node(
         "Reshape", [vi("x", [6]), "shape"], [vi("y", [4, None])],
         [numpy_helper.from_array(np.array([4, -1], np.int64), "shape")])).run(None, {"x": np.ones(6, np.float32)}))
+bad("shape input not 1-D", "ConstantOfShape of a [3, 3, 3, 3] shape tensor (found by fuzz_graph)", ValueError,
+    "the_node", "1-D", "[3, 3, 3, 3]")(
+    lambda c: onnxtrain.InferenceSession(one_node(
+        "ConstantOfShape", ["shape"], [vi("y", None)],
+        [numpy_helper.from_array(np.ones((3, 3, 3, 3), np.int64), "shape")])).run(None, {}))
+bad("result beyond numpy's rank", "a Reshape to 65 dimensions (numpy holds at most 64)", ValueError, "65 dimensions",
+    "at most 64")(
+    lambda c: onnxtrain.InferenceSession(one_node(
+        "Reshape", [vi("x", [1]), "shape"], [vi("y", None)],
+        [numpy_helper.from_array(np.ones(65, np.int64), "shape")])).run(None, {"x": np.ones(1, np.float32)}))
 
 # Feeds.
 bad("feed missing", "run() without the model's input", ValueError, "'x'", "missing")(

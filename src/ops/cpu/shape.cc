@@ -47,16 +47,25 @@ std::vector<int64_t> int64_values(const KernelContext& ctx, const Tensor& t, std
   return values;
 }
 
+// The values of input i, a list of integers (a 1-D tensor, or a scalar as one value): a
+// tensor of higher rank is refused (ConstantOfShape of a [3,3,3,3] "shape" would make a
+// rank-81 tensor of its 81 values).
+std::vector<int64_t> int_list(const KernelContext& ctx, size_t i, const std::string& name) {
+  const Tensor& t = ctx.input(i);
+  if (t.rank() > 1) ctx.fail(name + " must be a 1-D tensor, got shape " + shape_string(t.shape()));
+  return int64_values(ctx, t, name);
+}
+
 // The values of an optional 1-D integer input, or nullopt when it is absent.
 std::optional<std::vector<int64_t>> optional_ints(const KernelContext& ctx, size_t i) {
   if (!ctx.has_input(i)) return std::nullopt;
-  return int64_values(ctx, ctx.input(i), "input " + std::to_string(i));
+  return int_list(ctx, i, "input " + std::to_string(i));
 }
 
 // The values of a required 1-D integer input; a missing one (an empty name) fails naming it.
 std::vector<int64_t> required_ints(const KernelContext& ctx, size_t i, std::string_view name) {
   if (!ctx.has_input(i)) ctx.fail("required input " + std::to_string(i) + " ('" + std::string(name) + "') is missing");
-  return int64_values(ctx, ctx.input(i), std::string(name));
+  return int_list(ctx, i, "input " + std::to_string(i) + " ('" + std::string(name) + "')");
 }
 
 // The one value of a scalar or 1-element tensor, as double.
