@@ -46,7 +46,7 @@ if [[ $# -eq 0 && ("${CI:-}" == true || "${ONNXTRAIN_SANITIZER_SLICE:-}" == 1) ]
   # -O0: the instrumented build costs a third of -O1's compile time (scripts/sanitized_build.sh).
   export ONNXTRAIN_SANITIZE_OPT=-O0
   echo "== sanitizer slice: ctest under ASan + UBSan (leaks checked)"
-  timeout 1800 scripts/sanitize.sh --ctest-only
+  timeout 900 scripts/sanitize.sh --ctest-only
   echo "== fuzz slice: regression corpora, then 30 s of each target"
-  timeout 900 scripts/fuzz.sh --seconds 30
+  timeout 480 scripts/fuzz.sh --seconds 30
 fi
