@@ -34,7 +34,7 @@ done
 
 scripts/bootstrap.sh > /dev/null
 build=build/sanitize
-if ((ctest_only)); then scripts/sanitized_build.sh onnxtrain_tests; else scripts/sanitized_build.sh onnxtrain_tests _C onnxtrain_cli; fi
+if ((ctest_only)); then scripts/sanitized_build.sh onnxtrain_tests; else scripts/sanitized_build.sh onnxtrain_tests _C onnxtrain_python_sources onnxtrain_cli; fi
 
 echo "== ctest under ASan (leaks checked) and UBSan"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -45,6 +45,9 @@ echo "== pytest under ASan and UBSan: $pytest_part"
 # The extension's sanitizer calls resolve to clang's shared ASan runtime (UBSan's handlers are
 # part of it), loaded first into the uninstrumented interpreter.
 runtime=$(clang -print-file-name=libclang_rt.asan-x86_64.so)
+# The tests must import the instrumented package, not an installed one.
+LD_PRELOAD="$runtime" ASAN_OPTIONS=detect_leaks=0 PYTHONPATH="$root/$build/python" .venv/bin/python -c \
+  "import onnxtrain, sys; sys.exit(0 if '/$build/python/' in onnxtrain.__file__ else 'sanitize.sh: imported ' + onnxtrain.__file__)"
 # shellcheck disable=SC2086
 LD_PRELOAD="$runtime" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1:allocator_may_return_null=1:suppressions="$root/tests/sanitize/asan.supp" \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:suppressions="$root/tests/sanitize/ubsan.supp" \
