@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz with clang, AddressSanitizer and UBSan
-# (scripts/sanitized_build.sh, in build/sanitize), replays the regression corpus, then fuzzes each target for a bounded time from
-# seeds that tools/fuzz_seeds.py writes (models, training artifacts, checkpoints, function
+# (scripts/sanitized_build.sh, in build/sanitize), replays the regression corpus, then fuzzes
+# each target for a bounded time from seeds that tools/fuzz_seeds.py writes (models, training artifacts, checkpoints, function
 # texts) plus what earlier runs kept in build/fuzz/corpus. fuzz_graph is the Python target
 # (tests/fuzz/fuzz_graph.py, atheris): it runs the onnxtrain that Python imports (.venv's, or
 # PYTHONPATH's), and atheris is installed on first use into ~/.cache/onnxtrain/atheris-VERSION.
@@ -9,6 +9,7 @@
 #   scripts/fuzz.sh --minutes 10                # 10 minutes per target
 #   scripts/fuzz.sh --seconds 20 --targets fuzz_checkpoint
 #   scripts/fuzz.sh --replay-only               # the regression corpus alone
+#   scripts/fuzz.sh --seconds 30 --seed 1       # the same mutations each time (the CI slice)
 #
 # A crash leaves its input in build/fuzz/crashes/<target>/ and fails the script; copy it to
 # tests/fuzz/regressions/<target>/ with the fix, where this script and
@@ -21,13 +22,15 @@ cd "$root"
 seconds=60
 targets="fuzz_model fuzz_checkpoint fuzz_function_text fuzz_graph"
 replay_only=0
+seed=0  # libFuzzer's: 0 draws one from the clock
 while (($#)); do
   case "$1" in
     --minutes) seconds=$(($2 * 60)); shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
     --targets) targets=$2; shift 2 ;;
     --replay-only) replay_only=1; shift ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
+    --seed) seed=$2; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "fuzz.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -83,11 +86,11 @@ for target in $targets; do
     # atheris has no fork mode: one process; a finding ends the run (its model and feeds are
     # kept as a .npz beside the crash input).
     FUZZ_GRAPH_FINDINGS=$crashes fuzzer "$target" "$corpus" "$build/seeds/$target" -max_total_time="$seconds" \
-      -rss_limit_mb=4096 -max_len=1024 -timeout=60 -artifact_prefix="$crashes/" > "$build/$target.log" 2>&1 || true
+      -seed="$seed" -rss_limit_mb=4096 -max_len=1024 -timeout=60 -artifact_prefix="$crashes/" > "$build/$target.log" 2>&1 || true
     grep -E "^#[0-9]+.*(pulse|DONE)|Done [0-9]+ runs|ERROR|SUMMARY" "$build/$target.log" | tail -n 3
   else
     fuzzer "$target" "$corpus" "$build/seeds/$target" -fork=1 -ignore_ooms=1 -ignore_timeouts=1 \
-      -max_total_time="$seconds" -rss_limit_mb=4096 -max_len=262144 -timeout=30 -artifact_prefix="$crashes/" \
+      -max_total_time="$seconds" -seed="$seed" -rss_limit_mb=4096 -max_len=262144 -timeout=30 -artifact_prefix="$crashes/" \
       > "$build/$target.log" 2>&1 || true
     grep -E "^#[0-9]+: cov|DONE|ERROR|SUMMARY" "$build/$target.log" | tail -n 3
   fi

@@ -48,5 +48,5 @@ if [[ $# -eq 0 && ("${CI:-}" == true || "${ONNXTRAIN_SANITIZER_SLICE:-}" == 1) ]
   echo "== sanitizer slice: ctest under ASan + UBSan (leaks checked)"
   timeout 900 scripts/sanitize.sh --ctest-only
   echo "== fuzz slice: regression corpora, then 30 s of each target"
-  timeout 480 scripts/fuzz.sh --seconds 30
+  timeout 480 scripts/fuzz.sh --seconds 30 --seed 1
 fi
