@@ -13,7 +13,11 @@
 #   5. onnxtrain train        — the main job: trains a CNN on scikit-learn's digits end to
 #                               end (artifacts, training, checkpoint, inference model, held-out
 #                               accuracy, loss curve) into build/onnxtrain-digits
-# Extra arguments go to pytest, e.g. `scripts/test.sh -k gather` (and skip step 5).
+#   6. with CI=true (or ONNXTRAIN_SANITIZER_SLICE=1): a bounded slice of the sanitizer and fuzz
+#      runs — one clang build with ASan, UBSan and fuzzer coverage (scripts/sanitized_build.sh,
+#      the C++ tests and the three libFuzzer targets only), ctest under it with leak checking,
+#      every fuzz target's regression corpus replayed and 30 s of fuzzing each
+# Extra arguments go to pytest, e.g. `scripts/test.sh -k gather` (and skip steps 5 and 6).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -42,4 +46,13 @@ cd "$root"
 if [[ $# -eq 0 ]]; then
   echo "== main job: onnxtrain train (digits CNN)"
   .venv/bin/onnxtrain train --out build/onnxtrain-digits
+fi
+
+if [[ $# -eq 0 && ("${CI:-}" == true || "${ONNXTRAIN_SANITIZER_SLICE:-}" == 1) ]]; then
+  # -O0: the instrumented build costs a third of -O1's compile time (scripts/sanitized_build.sh).
+  export ONNXTRAIN_SANITIZE_OPT=-O0
+  echo "== sanitizer slice: ctest under ASan + UBSan (leaks checked)"
+  timeout 900 scripts/sanitize.sh --ctest-only
+  echo "== fuzz slice: regression corpora, then 30 s of each target"
+  timeout 480 scripts/fuzz.sh --seconds 30 --seed 1
 fi

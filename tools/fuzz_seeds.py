@@ -8,6 +8,8 @@
                          plain safetensors file, and ODTC flatbuffers (onnxruntime-training's
                          format: saved by onnxtrain and by ORT 1.19.2)
     fuzz_function_text/  every org.onnxtrain function body in the sources
+    fuzz_graph/          byte strings for tests/fuzz/fuzz_graph.py's generators: lengths from
+                         4 to 2048 bytes, both modes (generated graph, schema node)
 
 usage: python tools/fuzz_seeds.py OUT_DIR
 Nothing here is committed: the script makes the same seeds on any machine.
@@ -161,17 +163,28 @@ def write_function_texts(out: Path) -> None:
         raise SystemExit("fuzz_seeds.py: found no function texts in src/")
 
 
+def write_graph_seeds(out: Path) -> None:
+    # fuzz_graph reads its choices from the bytes: byte 4 picks the mode (even: a generated graph,
+    # odd: a schema node), the rest the graph. Random bytes of a few lengths reach most paths.
+    for i, length in enumerate([4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048] * 2):
+        data = bytearray(rng.integers(0, 256, size=length, dtype=np.uint8).tobytes())
+        if length > 4:
+            data[4] = i % 2
+        (out / f"bytes-{i:02d}").write_bytes(bytes(data))
+
+
 def main() -> None:
     if len(sys.argv) != 2:
         raise SystemExit(__doc__)
     out = Path(sys.argv[1])
-    folders = {name: out / name for name in ("fuzz_model", "fuzz_checkpoint", "fuzz_function_text")}
+    folders = {name: out / name for name in ("fuzz_model", "fuzz_checkpoint", "fuzz_function_text", "fuzz_graph")}
     for folder in folders.values():
         folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as work:
         write_models(folders["fuzz_model"], Path(work))
         write_checkpoints(folders["fuzz_checkpoint"], Path(work))
     write_function_texts(folders["fuzz_function_text"])
+    write_graph_seeds(folders["fuzz_graph"])
     for name, folder in folders.items():
         print(f"{name}: {len(list(folder.iterdir()))} seeds in {folder}")
 

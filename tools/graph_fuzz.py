@@ -42,7 +42,7 @@ from onnx import TensorProto, helper, numpy_helper
 OPSET = 18
 
 # Tolerances per output dtype: (rtol, atol). Integers and booleans must match exactly.
-TOLERANCE = {np.float32: (1e-4, 1e-5), np.float64: (1e-9, 1e-12)}
+TOLERANCE = {np.float32: (1e-4, 1e-5), np.float64: (1e-9, 1e-12), np.float16: (5e-3, 5e-3)}
 
 # Where onnxruntime 1.23 deviates from the ONNX spec and onnxtrain follows it. The generator
 # marks a graph that runs into one (in its metadata); a mismatch in such a graph is filtered
@@ -74,7 +74,28 @@ KNOWN_ORT_DEVIATIONS = {
     # ORT divides by the whole kernel size; the spec (and onnx.reference) by the part inside
     # the padded input.
     "avgpool_ceil_overhang": "AveragePool ceil_mode overhang divides by the full kernel",
+    # ReduceLogSum/ReduceLogSumExp of integers (tests/fuzz/fuzz_graph.py's schema cases): the
+    # spec allows int32/int64 and says nothing of rounding. ORT takes exp and log in the integer
+    # type and casts log(0) = -inf or NaN to INT_MIN (undefined behaviour in C++); onnxtrain
+    # computes in double and truncates, saturating, NaN as 0. onnx.reference returns float64.
+    "int_log_reduce": "integer ReduceLogSum/ReduceLogSumExp round differently",
+    # An integer output whose real value is NaN or out of the type's range (Pow of a negative
+    # int32 base to a fractional float exponent): the conversion is undefined behaviour in C++;
+    # onnxruntime (and numpy, so onnx.reference) give x86's "integer indefinite" INT_MIN,
+    # onnxtrain saturates (NaN to 0). Recognised by its values: every differing element is the
+    # type's minimum in onnxruntime's output.
+    "int_from_nan": "integers from NaN or out-of-range real results: INT_MIN in onnxruntime",
+    # Cast of a float outside the integer type's range (float16 -2.07 to uint8): undefined in C++
+    # and in the spec; onnxruntime and numpy wrap (254), onnxtrain saturates (0).
+    "cast_out_of_range": "Cast of floats outside the integer type's range wraps in onnxruntime",
 }
+# The ops in which a known deviation shows (those not placed by the generator's own checks).
+KNOWN_DEVIATION_OPS = {"int_log_reduce": {"ReduceLogSum", "ReduceLogSumExp"}}
+
+# Ops whose float64 results are compared at float32's tolerance: HardSwish's function body
+# passes alpha = 1/6 as a float attribute (a float32); onnxruntime and onnx.reference compute
+# float64 with it, onnxtrain with 1/6 exactly (7e-8 apart).
+SINGLE_PRECISION_OPS = {"HardSwish"}
 
 ELEM = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE, np.int64: TensorProto.INT64,
         np.bool_: TensorProto.BOOL}
@@ -174,9 +195,7 @@ def gen_unary(g: Graph):
     if op in ("Floor", "Ceil", "Round", "Sign") and x.dtype in FLOATS and not x.exact:
         return None  # a jump at a point where the two engines may round differently
     out = g.add(op, [x.name], x.dtype, x.shape, exact=x.exact and op in ("Abs", "Neg", "Identity", "Sign"))
-    # HardSwish's function body passes alpha = 1/6 as a float attribute (a float32): onnxruntime
-    # and onnx.reference compute float64 with it, onnxtrain with 1/6 exactly (7e-8 apart).
-    out.single |= op == "HardSwish"
+    out.single |= op in SINGLE_PRECISION_OPS
     return out
 
 
@@ -769,12 +788,20 @@ def undo(g: Graph, mark: tuple[int, int, int, int]) -> None:
 
 def generate(seed: int, index: int, supported: set[str]) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
     """Case `index` of `seed`: a valid model and its feeds."""
-    rng = np.random.default_rng([seed, index])
+    return build(np.random.default_rng([seed, index]), supported, f"fuzz_{seed}_{index}")
+
+
+def build(rng, supported: set[str], name: str, max_nodes: int = 29,
+          validate: bool = True) -> tuple[onnx.ModelProto, dict[str, np.ndarray]]:
+    """A model of 1 to `max_nodes` nodes and its feeds, every choice drawn from `rng` (numpy's
+    Generator, or tests/fuzz/fuzz_graph.py's reader of a fuzzer's bytes). `validate` runs onnx's
+    checker and strict shape inference on it (ValidationError/InferenceError when the generator
+    got a rule wrong)."""
     g = Graph(rng)
     for _ in range(int(rng.integers(1, 3))):
         dtype = [np.float32, np.float32, np.float64, np.int64][int(rng.integers(0, 4))]
         g.new_input(dtype, g.random_shape())
-    target = int(rng.integers(1, 30))
+    target = int(rng.integers(1, max_nodes + 1))
     attempts = 0
     while len(g.nodes) < target and attempts < 20 * target:
         attempts += 1
@@ -789,16 +816,22 @@ def generate(seed: int, index: int, supported: set[str]) -> tuple[onnx.ModelProt
         x = g.values[0]
         outputs = [g.add("Identity", [x.name], x.dtype, x.shape, exact=x.exact)]
     graph = helper.make_graph(
-        g.nodes, f"fuzz_{seed}_{index}",
+        g.nodes, name,
         [helper.make_tensor_value_info(v.name, ELEM[v.dtype], v.shape) for v in g.inputs],
         [helper.make_tensor_value_info(v.name, ELEM[v.dtype], v.shape) for v in outputs],
         initializer=g.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=9)
     helper.set_model_props(model, {"graph_fuzz.single": ",".join(v.name for v in outputs if v.single),
                                    "graph_fuzz.known": ",".join(sorted(g.known))})
+    if validate:
+        check_valid(model)
+    return model, g.feeds
+
+
+def check_valid(model: onnx.ModelProto) -> None:
+    """onnx's checker and strict shape inference (ValidationError/InferenceError)."""
     onnx.checker.check_model(model, full_check=True)
     onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
-    return model, g.feeds
 
 
 # --- running a case (in the worker) ---------------------------------------------------------------
@@ -824,28 +857,87 @@ def compare(expected: list[np.ndarray], actual: list[np.ndarray], single: list[b
 
 
 def run_case(folder: Path, report) -> dict:
+    return check_case((folder / "model.onnx").read_bytes(), dict(np.load(folder / "inputs.npz")), report)
+
+
+class Engines:
+    """The session options of the two runtimes, made once (a fuzzer checks many cases)."""
+
+    def __init__(self) -> None:
+        import onnxruntime as ort
+        import onnxtrain
+
+        ort.set_default_logger_severity(4)  # refusals are expected; no log line for each
+        self.ort_options = ort.SessionOptions()
+        self.ort_options.intra_op_num_threads = 1
+        self.ort_options.log_severity_level = 4  # no warnings (unused initializers), no errors
+        self.ort_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        self.options = onnxtrain.SessionOptions()
+        self.options.intra_op_num_threads = 1
+
+
+_engines: Engines | None = None
+
+
+# What onnxtrain raises for bad input (its C++ errors arrive as these). Anything else, or a
+# message that says an exception other than onnxtrain's escaped the C++ core, is a finding.
+CLEAN_ERRORS = (RuntimeError, ValueError, NotImplementedError)
+ESCAPED = "internal error"
+
+
+def check_case(model_bytes: bytes, feeds: dict[str, np.ndarray], report=lambda stage: None,
+               ours_first: bool = False, run_ort=lambda: True) -> dict:
+    """Runs one case in onnxruntime and onnxtrain, and compares. {"status": ...}:
+      ok            both ran and agree
+      ort_refused   onnxruntime refused the case; onnxtrain ran it or raised a clean error
+      error         onnxtrain raised a clean error where onnxruntime ran the case
+      refused       (ours_first) onnxtrain raised a clean error; onnxruntime was not asked
+      unclean_error onnxtrain raised something else (TypeError, an escaped C++ exception...)
+      mismatch      the outputs differ; judged by onnx.reference: "status" ort_deviation or
+                    known_ort_deviation when it sides with onnxtrain
+    `report(stage)` is told when onnxtrain starts ("onnxtrain") and when the judging starts.
+    `ours_first` runs onnxtrain first and onnxruntime only on what onnxtrain accepted, and
+    then only if `run_ort()` says so: invalid models crash onnxruntime (and onnx's shape
+    inference) in places, and a fuzzer must not take their crash for onnxtrain's."""
     import onnxruntime as ort
     import onnxtrain
 
-    model_bytes = (folder / "model.onnx").read_bytes()
-    feeds = dict(np.load(folder / "inputs.npz"))
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3  # no warnings about unused initializers
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    global _engines
+    if _engines is None:
+        _engines = Engines()
+
+    def ours() -> tuple[list | None, dict | None]:
+        report("onnxtrain")  # from here on, a dying worker is onnxtrain's crash
+        if os.environ.get("GRAPH_FUZZ_TEST_ABORT"):  # tests/python/test_graph_fuzz.py: a crash on demand
+            os.abort()
+        try:
+            return onnxtrain.InferenceSession(model_bytes, _engines.options).run(None, feeds), None
+        except Exception as e:  # noqa: BLE001
+            detail = f"{type(e).__name__}: {str(e)[:500]}"
+            if not isinstance(e, CLEAN_ERRORS) or str(e).startswith(ESCAPED):
+                return None, {"status": "unclean_error", "detail": detail}
+            return None, {"status": "refused", "detail": detail}
+
+    if ours_first:
+        actual, failed = ours()
+        if failed is not None:
+            return failed
     try:
-        expected = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"]).run(None, feeds)
-    except Exception as e:  # noqa: BLE001 - onnxruntime refusing a valid graph is not our finding
-        return {"status": "ort_refused", "detail": f"{type(e).__name__}: {str(e)[:300]}"}
-    report("onnxtrain")  # from here on, a dying worker is onnxtrain's crash
-    if os.environ.get("GRAPH_FUZZ_TEST_ABORT"):  # tests/python/test_graph_fuzz.py: a crash on demand
-        os.abort()
-    try:
-        trainer_options = onnxtrain.SessionOptions()
-        trainer_options.intra_op_num_threads = 1
-        actual = onnxtrain.InferenceSession(model_bytes, trainer_options).run(None, feeds)
-    except Exception as e:  # noqa: BLE001
-        return {"status": "error", "detail": f"{type(e).__name__}: {str(e)[:500]}"}
+        if not run_ort():
+            raise ValueError("not run: the case would crash onnxruntime")
+        session = ort.InferenceSession(model_bytes, _engines.ort_options, providers=["CPUExecutionProvider"])
+        expected, refusal = session.run(None, feeds), None
+    except Exception as e:  # noqa: BLE001 - onnxruntime refusing a graph is not our finding
+        expected, refusal = None, f"{type(e).__name__}: {str(e)[:300]}"
+    if not ours_first:
+        actual, failed = ours()
+        if failed is not None and failed["status"] == "refused":
+            failed = {"status": "ort_refused", "detail": refusal, "onnxtrain": failed["detail"]} if refusal \
+                else {"status": "error", "detail": failed["detail"]}
+        if failed is not None:
+            return failed
+    if refusal is not None:
+        return {"status": "ort_refused", "detail": refusal}
     report("compare")
     model = onnx.load_from_string(model_bytes)
     props = {p.key: p.value for p in model.metadata_props}
@@ -874,12 +966,24 @@ def judge_first_difference(model: onnx.ModelProto, feeds: dict, props: dict) -> 
             return {"node": "every value agrees when made an output", "status": "known_ort_deviation",
                     "known": known}
         return {"node": "every value agrees when made an output"}
-    result = {"node": helper.printable_node(node), "engines": {k: str(v)[:300] for k, v in engines.items()}}
+    result = {"node": helper.printable_node(node),
+              "engines": {k: str(v)[:300] for k, v in engines.items() if k != "input_values"}}
     ort_out, ours, ref = (engines.get(k) for k in ("onnxruntime", "onnxtrain", "onnx.reference"))
     if isinstance(ref, np.ndarray) and isinstance(ours, np.ndarray) and compare([ref], [ours], [True]) is None:
         result["status"] = "known_ort_deviation" if known else "ort_deviation"
     elif known and not isinstance(ref, np.ndarray):
         result["status"] = "known_ort_deviation"  # onnx.reference cannot run the node itself
+    elif node.op_type == "Cast" and isinstance(ours, np.ndarray) and ours.dtype.kind in "iu" and any(
+            np.asarray(v).dtype.kind == "f" and np.size(v) and (np.nanmin(v) < np.iinfo(ours.dtype).min or
+                                                                 np.nanmax(v) > np.iinfo(ours.dtype).max)
+            for v in engines.get("input_values", [])):
+        result["status"] = "known_ort_deviation"
+        known = known + ["cast_out_of_range"]
+    elif integer_indefinite(ort_out, ours):
+        result["status"] = "known_ort_deviation"
+        known = known + ["int_from_nan"]
+    elif any(node.op_type in KNOWN_DEVIATION_OPS.get(k, ()) for k in known):
+        result["status"] = "known_ort_deviation"
     elif node.op_type in ("MaxPool", "GlobalMaxPool") and engines.get("input_nan"):
         result["status"] = "known_ort_deviation"
         known = known + ["maxpool_nan"]
@@ -892,6 +996,16 @@ def judge_first_difference(model: onnx.ModelProto, feeds: dict, props: dict) -> 
     if "status" in result:
         result["known"] = known
     return result
+
+
+def integer_indefinite(expected, actual) -> bool:
+    """Whether onnxruntime's integer output differs from ours only where it holds the type's
+    minimum (KNOWN_ORT_DEVIATIONS["int_from_nan"])."""
+    if not (isinstance(expected, np.ndarray) and isinstance(actual, np.ndarray)) or expected.dtype.kind != "i" \
+            or expected.dtype != actual.dtype or expected.shape != actual.shape:
+        return False
+    differ = expected != actual
+    return bool(differ.any()) and bool((expected[differ] == np.iinfo(expected.dtype).min).all())
 
 
 def judge_with_reference(model: onnx.ModelProto, feeds: dict, actual: list[np.ndarray], single: list[bool]) -> dict:
@@ -916,7 +1030,7 @@ def locate(folder: Path) -> str:
         return "every value agrees when made an output (a fusion, or the graph's outputs only, differ)"
     lines = [helper.printable_node(node)]
     for engine, out in engines.items():
-        if engine == "input_nan":
+        if engine in ("input_nan", "input_values"):
             continue
         shown = f"{out.dtype}{list(out.shape)} {np.array2string(out.ravel()[:6], precision=6)}" \
             if isinstance(out, np.ndarray) else str(out)
@@ -970,7 +1084,7 @@ def judge_node(model: onnx.ModelProto, node: onnx.NodeProto, values: dict[str, n
                                opset_imports=model.opset_import, ir_version=9)
     shown = [(i, feeds[i].dtype.name, list(feeds[i].shape), feeds[i].tolist() if feeds[i].size <= 8 else "...")
              for i in names]
-    results: dict = {"inputs": shown,
+    results: dict = {"inputs": shown, "input_values": list(feeds.values()),
                      "input_nan": any(v.dtype.kind == "f" and bool(np.isnan(v).any()) for v in feeds.values())}
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -1061,7 +1175,7 @@ class Worker:
             self.process = None
 
 
-FAILURES = {"crash", "error", "mismatch"}
+FAILURES = {"crash", "error", "unclean_error", "mismatch"}
 
 
 def fuzz(seed: int, cases: int | None, seconds: float | None, out: Path, timeout: float = 60.0,

@@ -17,7 +17,10 @@ class OrtValue:
     __slots__ = ("_array",)
 
     def __init__(self, array: np.ndarray) -> None:
-        self._array = np.ascontiguousarray(array)
+        array = np.ascontiguousarray(array)
+        if array.dtype.kind not in "biuf" and array.dtype.name != "bfloat16":
+            raise ValueError(f"OrtValue holds numeric tensors; got an array of dtype {array.dtype}")
+        self._array = array
 
     @classmethod
     def ortvalue_from_numpy(cls, array: np.ndarray, device_type: str = "cpu", device_id: int = 0) -> OrtValue:

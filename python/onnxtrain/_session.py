@@ -133,6 +133,13 @@ def _non_negative_int(name: str, value: Any) -> int:
     return int(value)
 
 
+def _path(argument: str, value: Any) -> str:
+    """``os.fspath(value)``, or a TypeError naming the argument."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{argument} must be a path (str or os.PathLike), got {type(value).__name__}")
+    return os.fspath(value)
+
+
 _NUMERIC_KINDS = frozenset("biuf")  # bool, int, uint, float (float16 included)
 
 
@@ -209,7 +216,13 @@ class InferenceSession:
             raise ValueError(f"onnxtrain's CPU provider takes no options; got {list(provider_options)}")
         if sess_options is not None and not isinstance(sess_options, SessionOptions):
             raise TypeError(f"sess_options must be an onnxtrain.SessionOptions, got {type(sess_options).__name__}")
-        model = path_or_bytes if isinstance(path_or_bytes, bytes) else os.fspath(path_or_bytes)
+        if isinstance(path_or_bytes, bytes):
+            model: str | bytes = path_or_bytes
+        elif isinstance(path_or_bytes, (str, os.PathLike)):
+            model = os.fspath(path_or_bytes)
+        else:
+            raise TypeError("InferenceSession: path_or_bytes must be a model's path (str or os.PathLike) or its bytes, "
+                            f"got {type(path_or_bytes).__name__}")
         self._session = _C.InferenceSession(model, _native_options(sess_options))
         logger.info("loaded %s: %d inputs, %d outputs",
                     f"a model of {len(model)} bytes" if isinstance(model, bytes) else model,
@@ -248,6 +261,10 @@ class InferenceSession:
         """
         if run_options is not None:
             raise ValueError("onnxtrain has no RunOptions; pass run_options=None")
+        if isinstance(output_names, str):
+            raise TypeError(f"run: output_names must be a list of names (or None), not a str: [{output_names!r}]?")
+        if not isinstance(input_feed, Mapping):
+            raise TypeError(f"run: input_feed must map input names to arrays, got {type(input_feed).__name__}")
         names = list(output_names) if output_names else []  # empty: every output
         feeds: dict[str, np.ndarray] = {}
         bfloat16_inputs: list[str] = []

@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
+#include <string>
 
 #include "bindings/bindings.h"
 #include "bindings/tensor_conversion.h"
@@ -158,8 +160,12 @@ NB_MODULE(_C, m) {
     } catch (const onnxtrain::Error& e) {
       set_python_error(e.kind() == onnxtrain::ErrorKind::kInvalidArgument ? value_error.ptr() : PyExc_RuntimeError,
                        e.what());
+    } catch (const std::bad_alloc&) {
+      PyErr_SetString(PyExc_MemoryError, "out of memory");
     } catch (const std::exception& e) {
-      set_python_error(PyExc_RuntimeError, e.what());
+      // Not an onnxtrain::Error: a check is missing somewhere. The message says so (the fuzzers
+      // look for this prefix) instead of passing for a clean error.
+      set_python_error(PyExc_RuntimeError, (std::string("internal error: ") + e.what()).c_str());
     }
   });
 

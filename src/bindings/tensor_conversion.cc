@@ -124,6 +124,12 @@ Tensor borrow_array(const HostArray& array, const std::string& what) {
 }
 
 nb::object to_numpy(Tensor tensor) {
+  constexpr size_t kNumpyMaxDims = 64;  // NPY_MAXDIMS of numpy 2
+  if (tensor.rank() > kNumpyMaxDims) {
+    throw Error("a result of shape " + shape_string(tensor.shape()) + " has " + std::to_string(tensor.rank()) +
+                    " dimensions; numpy arrays hold at most 64",
+                ErrorKind::kInvalidArgument);
+  }
   auto* owned = new Tensor(std::move(tensor));
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
   std::vector<size_t> shape(owned->shape().begin(), owned->shape().end());

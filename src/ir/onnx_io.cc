@@ -18,6 +18,10 @@
 #include "onnx/onnx-ml.pb.h"
 
 namespace onnxtrain::ir {
+// The newest opset of the default domain that onnxtrain knows (ONNX 1.19's): a model importing
+// a later one may use ops whose meaning changed since, and is refused at load.
+constexpr int64_t kNewestOnnxOpset = 24;
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -300,7 +304,14 @@ struct Reader {
   Model model(const onnx::ModelProto& proto) const {
     Model m;
     m.ir_version = proto.ir_version();
-    for (const auto& o : proto.opset_import()) m.opset_imports.push_back({o.domain(), o.version()});
+    for (const auto& o : proto.opset_import()) {
+      if (canonical_domain(o.domain()).empty() && (o.version() < 1 || o.version() > kNewestOnnxOpset)) {
+        throw Error("the model imports opset " + std::to_string(o.version()) +
+                        " of the default ONNX domain; onnxtrain knows opsets 1 to " + std::to_string(kNewestOnnxOpset),
+                    ErrorKind::kInvalidModel);
+      }
+      m.opset_imports.push_back({o.domain(), o.version()});
+    }
     m.producer_name = proto.producer_name();
     m.producer_version = proto.producer_version();
     m.domain = proto.domain();

@@ -36,6 +36,14 @@ int64_t KernelInfo::int_attribute(std::string_view name, std::optional<int64_t> 
   return typed_attribute(name, ir::AttributeType::kInt).i;
 }
 
+bool KernelInfo::bool_attribute(std::string_view name, std::optional<bool> fallback) const {
+  const int64_t value = int_attribute(name, fallback ? std::optional<int64_t>(*fallback ? 1 : 0) : std::nullopt);
+  if (value != 0 && value != 1) {
+    fail("attribute '" + std::string(name) + "' is " + std::to_string(value) + ", expected 0 or 1");
+  }
+  return value == 1;
+}
+
 float KernelInfo::float_attribute(std::string_view name, std::optional<float> fallback) const {
   if (!has_attribute(name)) {
     if (!fallback) fail("required attribute '" + std::string(name) + "' is missing");

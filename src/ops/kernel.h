@@ -41,6 +41,8 @@ class KernelInfo {
 
   bool has_attribute(std::string_view name) const { return node_.attribute(name) != nullptr; }
   int64_t int_attribute(std::string_view name, std::optional<int64_t> fallback = std::nullopt) const;
+  // An int attribute the spec uses as a flag: 0 or 1, anything else is an error naming it.
+  bool bool_attribute(std::string_view name, std::optional<bool> fallback = std::nullopt) const;
   float float_attribute(std::string_view name, std::optional<float> fallback = std::nullopt) const;
   std::string string_attribute(std::string_view name, std::optional<std::string> fallback = std::nullopt) const;
   std::vector<int64_t> ints_attribute(std::string_view name,

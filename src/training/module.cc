@@ -183,8 +183,12 @@ Module::Module(const std::filesystem::path& train_model_path, CheckpointState& s
   std::set<std::string> read(train_->roles.parameters.begin(), train_->roles.parameters.end());
   for (const Parameter& p : state.parameters()) {
     if (!read.contains(p.name)) {
-      throw Error("checkpoint parameter '" + p.name + "' is not an input of " + train_->file +
-                      " (a checkpoint of another model?)",
+      // No gradient at all: most likely the inference model, given where the training model goes.
+      const std::string why = train_->roles.trained.empty()
+                                  ? ", which computes no gradients (not a training model? generate_artifacts "
+                                    "writes training_model.onnx)"
+                                  : " (a checkpoint of another model?)";
+      throw Error("checkpoint parameter '" + p.name + "' is not an input of " + train_->file + why,
                   ErrorKind::kInvalidArgument);
     }
   }

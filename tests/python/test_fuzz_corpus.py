@@ -1,6 +1,8 @@
 """Replays the fuzzers' regression corpus (tests/fuzz/regressions) through the Python API, each
 input in a child process: a model must load and run or raise an onnxtrain error, a checkpoint
-must load or raise one; a signal or another exception fails the test."""
+must load or raise one, a fuzz_graph case (model and feeds) must pass the harness's check again
+(no unclean error, no mismatch with onnxruntime); a signal or another exception fails the test.
+A few fuzzer inputs also go through the fuzz_graph harness itself (without atheris)."""
 
 from __future__ import annotations
 
@@ -39,6 +41,14 @@ for verify in (True, False):
     except (RuntimeError, ValueError):
         pass
 """,
+    "fuzz_graph": f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[1] / "fuzz")!r})
+import fuzz_graph
+from pathlib import Path
+result = fuzz_graph.replay(Path(sys.argv[1]))
+assert result["status"] not in fuzz_graph.FINDINGS, result
+""",
 }
 
 
@@ -59,3 +69,28 @@ def test_regression_input(target, path):
     done = subprocess.run([sys.executable, "-c", REPLAY[target], str(path)], capture_output=True, text=True,
                           timeout=300, env=env)
     assert done.returncode == 0, f"{path}: exit {done.returncode}\n{done.stderr[-3000:]}"
+
+
+def test_the_graph_harness_runs_fuzzer_inputs(tmp_path):
+    # What one atheris execution does, for a few byte strings of both modes (the byte at
+    # offset 4 picks the mode), in a child process like the replays above.
+    code = f"""
+import sys, numpy as np
+sys.path.insert(0, {str(CORPUS.parent)!r})
+import fuzz_graph
+harness = fuzz_graph.Harness(None)
+rng = np.random.default_rng(7)
+statuses = []
+for i in range(40):
+    data = bytearray(rng.integers(0, 256, size=int(rng.choice([4, 64, 512])), dtype=np.uint8).tobytes())
+    if len(data) > 4:
+        data[4] = i % 2
+    statuses.append(harness(bytes(data))["status"])
+print(" ".join(statuses))
+"""
+    package_root = str(Path(onnxtrain.__file__).resolve().parent.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([package_root, os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    statuses = done.stdout.split()
+    assert len(statuses) == 40 and statuses.count("ok") >= 5, statuses  # cases really ran on both

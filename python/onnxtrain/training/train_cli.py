@@ -332,6 +332,17 @@ def user_job(args: argparse.Namespace) -> None:
         print(f"wrote {args.loss_curve}", flush=True)
 
 
+def _count(least: int):
+    """An argparse type: an int of at least `least` (epochs, batch size, threads)."""
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {least}, got {text}")
+        return value
+    parse.__name__ = f"int >= {least}"
+    return parse
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="onnxtrain train",
@@ -342,11 +353,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--prefix", default="", help="the artifacts' file-name prefix")
     parser.add_argument("--checkpoint", help="checkpoint to start from (default: the artifacts' checkpoint)")
     parser.add_argument("--out", help="where to write (default: the checkpoint / ./onnxtrain-digits for the demo)")
-    parser.add_argument("--epochs", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--epochs", type=_count(1), default=None)
+    parser.add_argument("--batch-size", type=_count(1), default=32)
     parser.add_argument("--lr", type=float, default=None, help="learning rate (default: the checkpoint's)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: every core)")
+    parser.add_argument("--threads", type=_count(0), default=0, help="intra-op threads (0: every core)")
     parser.add_argument("--loss-curve", help="write the loss curve to this PNG")
     args = parser.parse_args(argv)
     try:

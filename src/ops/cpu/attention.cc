@@ -64,7 +64,7 @@ struct MaskBias {
 class AttentionKernel final : public OpKernel {
  public:
   explicit AttentionKernel(const KernelInfo& info)
-      : is_causal_(info.int_attribute("is_causal", 0) != 0),
+      : is_causal_(info.bool_attribute("is_causal", false)),
         q_num_heads_(info.int_attribute("q_num_heads", 0)),
         kv_num_heads_(info.int_attribute("kv_num_heads", 0)),
         mode_(info.int_attribute("qk_matmul_output_mode", 0)),

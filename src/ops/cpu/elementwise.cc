@@ -218,7 +218,7 @@ const KernelRegistration kPow{"", "Pow", 7, kLatestOpset, [](const KernelInfo&) 
 
 const KernelRegistration kMod{
     "", "Mod", 10, kLatestOpset, [](const KernelInfo& info) {
-      const bool fmod = info.int_attribute("fmod", 0) != 0;
+      const bool fmod = info.bool_attribute("fmod", false);
       return make_kernel([fmod](KernelContext& ctx) {
         require_same_dtype(ctx, 0, 1);
         dispatch<ONNXTRAIN_NUMERIC_TYPES>(ctx.input(0).dtype(), "Mod", [&]<typename T>() {
@@ -518,8 +518,8 @@ const KernelRegistration kIsNaN{"", "IsNaN", 9, kLatestOpset, [](const KernelInf
 
 const KernelRegistration kIsInf{
     "", "IsInf", 10, kLatestOpset, [](const KernelInfo& info) {
-      const bool negative = info.int_attribute("detect_negative", 1) != 0;
-      const bool positive = info.int_attribute("detect_positive", 1) != 0;
+      const bool negative = info.bool_attribute("detect_negative", true);
+      const bool positive = info.bool_attribute("detect_positive", true);
       return make_kernel([negative, positive](KernelContext& ctx) {
         dispatch<ONNXTRAIN_FLOAT_TYPES>(ctx.input(0).dtype(), "IsInf", [&]<typename T>() {
           using CT = compute_type_t<T>;
@@ -583,7 +583,7 @@ const KernelRegistration kClip11{"", "Clip", 11, kLatestOpset, [](const KernelIn
 // scale_down) and each element is multiplied by it.
 const KernelRegistration kMicrosoftScale{
     "com.microsoft", "Scale", 1, kLatestOpset, [](const KernelInfo& info) {
-      const bool scale_down = info.int_attribute("scale_down", 0) != 0;
+      const bool scale_down = info.bool_attribute("scale_down", false);
       return make_kernel([scale_down](KernelContext& ctx) {
         const Tensor& x = ctx.input(0);
         const Tensor& scale = ctx.input(1);

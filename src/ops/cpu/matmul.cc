@@ -284,11 +284,11 @@ struct GemmShape {
 class GemmKernel final : public OpKernel {
  public:
   explicit GemmKernel(const KernelInfo& info)
-      : trans_a_(info.int_attribute("transA", 0) != 0),
-        trans_b_(info.int_attribute("transB", 0) != 0),
+      : trans_a_(info.bool_attribute("transA", false)),
+        trans_b_(info.bool_attribute("transB", false)),
         alpha_(info.float_attribute("alpha", 1.0f)),
         beta_(info.float_attribute("beta", 1.0f)),
-        exact_c_(info.opset() < 7 && info.int_attribute("broadcast", 0) == 0),
+        exact_c_(info.opset() < 7 && !info.bool_attribute("broadcast", false)),
         constant_b_(info.packable_constant_input(1)) {}
 
   void compute(KernelContext& ctx) override {
@@ -544,10 +544,10 @@ void fused_matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, 
 
 const KernelRegistration kMicrosoftFusedMatMul{
     "com.microsoft", "FusedMatMul", 1, kLatestOpset, [](const KernelInfo& info) {
-      if (info.int_attribute("transBatchA", 0) != 0 || info.int_attribute("transBatchB", 0) != 0) {
+      if (info.bool_attribute("transBatchA", false) || info.bool_attribute("transBatchB", false)) {
         info.fail("transBatchA and transBatchB are not supported");
       }
-      const bool trans_a = info.int_attribute("transA", 0) != 0, trans_b = info.int_attribute("transB", 0) != 0;
+      const bool trans_a = info.bool_attribute("transA", false), trans_b = info.bool_attribute("transB", false);
       const float alpha = info.float_attribute("alpha", 1.0f);
       return make_kernel([=](KernelContext& ctx) {
         const Tensor& a = ctx.input(0);

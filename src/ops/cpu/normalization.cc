@@ -104,8 +104,8 @@ class BatchNormKernel final : public OpKernel {
         epsilon_(info.float_attribute("epsilon", 1e-5f)),
         momentum_(info.float_attribute("momentum", 0.9f)),
         // Before opset 14 a node trains when it asks for the statistics outputs.
-        training_(info.opset() >= 14 ? info.int_attribute("training_mode", 0) != 0 : info.output_count() > 1),
-        per_activation_(info.opset() < 9 && info.int_attribute("spatial", 1) == 0) {}
+        training_(info.opset() >= 14 ? info.bool_attribute("training_mode", false) : info.output_count() > 1),
+        per_activation_(info.opset() < 9 && !info.bool_attribute("spatial", true)) {}
 
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
@@ -203,7 +203,7 @@ const KernelRegistration kBatchNormalization{"", "BatchNormalization", 6, kLates
 // (Y, running_mean, running_var, saved_mean, saved_inv_std).
 const KernelRegistration kMicrosoftBatchNormInternal{
     "com.microsoft", "BatchNormInternal", 1, kLatestOpset, [](const KernelInfo& info) {
-      if (info.int_attribute("training_mode", 1) == 0) info.fail("BatchNormInternal runs in training mode only");
+      if (!info.bool_attribute("training_mode", true)) info.fail("BatchNormInternal runs in training mode only");
       return std::make_unique<BatchNormKernel>(info, /*saves_inv_std=*/true);
     }};
 

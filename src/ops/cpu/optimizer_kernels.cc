@@ -1,4 +1,4 @@
-// Fused kernels for the org.onnxtrain training ops (src/training/functions.h):
+// Fused kernels for the org.onnxtrain training ops (their definitions: src/training/functions.cc):
 // AccumulateGradient and the optimizer steps. Each computes what its standard-ONNX body
 // computes, in one pass and in place: the accumulated gradient goes into the buffer's
 // memory and the updated parameter and moments into theirs, so that the executor writes
@@ -120,7 +120,7 @@ const KernelRegistration kAdamWStep{
       const double beta2 = scalar_attribute(info, "beta2");
       const double epsilon = scalar_attribute(info, "epsilon");
       const double weight_decay = scalar_attribute(info, "weight_decay");
-      const bool bias_correction = info.int_attribute("bias_correction", 1) != 0;
+      const bool bias_correction = info.bool_attribute("bias_correction", true);
       return make_kernel([=](KernelContext& ctx) {
         const double lr = scalar_input(ctx, 0, "the learning rate");
         const auto step = static_cast<double>(step_input(ctx, 1));
@@ -209,7 +209,7 @@ const KernelRegistration kSGDMomentumStep{
       const double momentum = scalar_attribute(info, "momentum");
       const double dampening = scalar_attribute(info, "dampening");
       const double weight_decay = scalar_attribute(info, "weight_decay");
-      const bool nesterov = info.int_attribute("nesterov", 0) != 0;
+      const bool nesterov = info.bool_attribute("nesterov", false);
       return make_kernel([=](KernelContext& ctx) {
         const double lr = scalar_input(ctx, 0, "the learning rate");
         const bool first = step_input(ctx, 1) == 1;

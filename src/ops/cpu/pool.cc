@@ -59,8 +59,8 @@ struct PoolAttributes {
 
   PoolAttributes(const KernelInfo& info, PoolKind k) : kind(k) {
     auto_pad = window::parse_auto_pad(info);
-    ceil_mode = info.int_attribute("ceil_mode", 0) != 0;
-    count_include_pad = info.int_attribute("count_include_pad", 0) != 0;
+    ceil_mode = info.bool_attribute("ceil_mode", false);
+    count_include_pad = info.bool_attribute("count_include_pad", false);
     const int64_t storage_order = info.int_attribute("storage_order", 0);
     if (storage_order != 0 && storage_order != 1) {
       info.fail("storage_order is " + std::to_string(storage_order) + ", expected 0 (row major) or 1 (column major)");

@@ -609,10 +609,10 @@ template <template <typename, typename> class OpOf, typename... Ts>
 KernelFactory reduce_kernel(int axes_input_since) {
   return [axes_input_since](const KernelInfo& info) {
     ReduceAttributes attributes;
-    attributes.keepdims = info.int_attribute("keepdims", 1) != 0;
+    attributes.keepdims = info.bool_attribute("keepdims", true);
     attributes.axes_from_input = info.opset() >= axes_input_since;
     if (attributes.axes_from_input) {
-      attributes.noop_with_empty_axes = info.int_attribute("noop_with_empty_axes", 0) != 0;
+      attributes.noop_with_empty_axes = info.bool_attribute("noop_with_empty_axes", false);
     } else {
       attributes.axes = info.ints_attribute("axes", std::vector<int64_t>{});
     }

@@ -101,10 +101,10 @@ ResizeOptions resize_options(const KernelInfo& info) {
                                  {"floor", Rounding::kFloor},
                                  {"ceil", Rounding::kCeil}});
   o.cubic_a = info.float_attribute("cubic_coeff_a", -0.75f);
-  o.exclude_outside = info.int_attribute("exclude_outside", 0) != 0;
+  o.exclude_outside = info.bool_attribute("exclude_outside", false);
   o.extrapolation = info.float_attribute("extrapolation_value", 0.0f);
   if (o.opset >= 18) {
-    o.antialias = info.int_attribute("antialias", 0) != 0;
+    o.antialias = info.bool_attribute("antialias", false);
     if (info.has_attribute("axes")) o.axes = info.ints_attribute("axes");
     o.policy = choose<AspectPolicy>(info, "keep_aspect_ratio_policy",
                                     info.string_attribute("keep_aspect_ratio_policy", "stretch"),

@@ -30,7 +30,7 @@ class RotaryEmbeddingKernel final : public OpKernel {
   explicit RotaryEmbeddingKernel(const KernelInfo& info)
       : num_heads_(info.int_attribute("num_heads", 0)),
         rotary_dim_(info.int_attribute("rotary_embedding_dim", 0)),
-        interleaved_(info.int_attribute("interleaved", 0) != 0) {
+        interleaved_(info.bool_attribute("interleaved", false)) {
     if (num_heads_ < 0) info.fail("num_heads is " + std::to_string(num_heads_) + ", expected 0 or more");
     if (rotary_dim_ < 0 || rotary_dim_ % 2 != 0) {
       info.fail("rotary_embedding_dim is " + std::to_string(rotary_dim_) + ", expected an even number (0: head size)");

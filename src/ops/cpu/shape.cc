@@ -47,16 +47,25 @@ std::vector<int64_t> int64_values(const KernelContext& ctx, const Tensor& t, std
   return values;
 }
 
+// The values of input i, a list of integers (a 1-D tensor, or a scalar as one value): a
+// tensor of higher rank is refused (ConstantOfShape of a [3,3,3,3] "shape" would make a
+// rank-81 tensor of its 81 values).
+std::vector<int64_t> int_list(const KernelContext& ctx, size_t i, const std::string& name) {
+  const Tensor& t = ctx.input(i);
+  if (t.rank() > 1) ctx.fail(name + " must be a 1-D tensor, got shape " + shape_string(t.shape()));
+  return int64_values(ctx, t, name);
+}
+
 // The values of an optional 1-D integer input, or nullopt when it is absent.
 std::optional<std::vector<int64_t>> optional_ints(const KernelContext& ctx, size_t i) {
   if (!ctx.has_input(i)) return std::nullopt;
-  return int64_values(ctx, ctx.input(i), "input " + std::to_string(i));
+  return int_list(ctx, i, "input " + std::to_string(i));
 }
 
 // The values of a required 1-D integer input; a missing one (an empty name) fails naming it.
 std::vector<int64_t> required_ints(const KernelContext& ctx, size_t i, std::string_view name) {
   if (!ctx.has_input(i)) ctx.fail("required input " + std::to_string(i) + " ('" + std::string(name) + "') is missing");
-  return int64_values(ctx, ctx.input(i), std::string(name));
+  return int_list(ctx, i, "input " + std::to_string(i) + " ('" + std::string(name) + "')");
 }
 
 // The one value of a scalar or 1-element tensor, as double.
@@ -289,7 +298,7 @@ Shape reshape_target(const KernelContext& ctx, const Shape& in, const std::vecto
 
 // Reshape-5+: the shape is input 1; allowzero (14+) makes 0 a real zero-size dimension.
 const KernelRegistration kReshape{"", "Reshape", 5, kLatestOpset, {.host_inputs = {1}}, [](const KernelInfo& info) {
-                                    const bool allow_zero = info.int_attribute("allowzero", 0) != 0;
+                                    const bool allow_zero = info.bool_attribute("allowzero", false);
                                     return make_kernel([allow_zero](KernelContext& ctx) {
                                       const Tensor& x = ctx.input(0);
                                       const std::vector<int64_t> requested = required_ints(ctx, 1, "shape");
@@ -862,7 +871,7 @@ const KernelRegistration kPad11{
 
 const KernelRegistration kTrilu{
     "", "Trilu", 14, kLatestOpset, [](const KernelInfo& info) {
-      const bool upper = info.int_attribute("upper", 1) != 0;
+      const bool upper = info.bool_attribute("upper", true);
       return make_kernel([upper](KernelContext& ctx) {
         const Tensor& x = ctx.input(0);
         if (x.rank() < 2) ctx.fail("input has shape " + shape_string(x.shape()) + ", expected rank >= 2");

@@ -154,8 +154,8 @@ template <bool kMax>
 KernelFactory arg_kernel() {
   return [](const KernelInfo& info) {
     const int64_t axis = info.int_attribute("axis", 0);
-    const bool keepdims = info.int_attribute("keepdims", 1) != 0;
-    const bool last = info.int_attribute("select_last_index", 0) != 0;
+    const bool keepdims = info.bool_attribute("keepdims", true);
+    const bool last = info.bool_attribute("select_last_index", false);
     return make_kernel([=](KernelContext& ctx) {
       const Tensor& x = ctx.input(0);
       if (x.rank() == 0) ctx.fail("input 'data' must have rank >= 1, got a scalar");
@@ -293,7 +293,7 @@ const KernelRegistration kTopK{
       // exist from opset 11. Unsorted results may come in any order, so they come sorted.
       const bool k_from_input = info.opset() >= 10;
       const int64_t k_attribute = k_from_input ? 0 : info.int_attribute("k");
-      const bool largest = info.opset() < 11 || info.int_attribute("largest", 1) != 0;
+      const bool largest = info.opset() < 11 || info.bool_attribute("largest", true);
       return make_kernel([=](KernelContext& ctx) {
         const Tensor& x = ctx.input(0);
         if (x.rank() == 0) ctx.fail("input 'X' must have rank >= 1, got a scalar");
@@ -387,8 +387,8 @@ void cumulative_sum(const T* x, T* out, const AxisLayout& l, bool exclusive, boo
 }
 
 const KernelRegistration kCumSum{"", "CumSum", 11, kLatestOpset, [](const KernelInfo& info) {
-                                   const bool exclusive = info.int_attribute("exclusive", 0) != 0;
-                                   const bool reverse = info.int_attribute("reverse", 0) != 0;
+                                   const bool exclusive = info.bool_attribute("exclusive", false);
+                                   const bool reverse = info.bool_attribute("reverse", false);
                                    return make_kernel([=](KernelContext& ctx) {
                                      const Tensor& x = ctx.input(0);
                                      if (x.rank() == 0) ctx.fail("input 'x' must have rank >= 1, got a scalar");

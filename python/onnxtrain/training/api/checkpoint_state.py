@@ -16,7 +16,7 @@ import numpy as np
 
 from onnxtrain import _C
 from onnxtrain._logging import logger
-from onnxtrain._session import _bfloat16_dtype
+from onnxtrain._session import _bfloat16_dtype, _path
 
 PropertyValue = Union[int, float, str]
 
@@ -171,7 +171,7 @@ class CheckpointState:
         ``verify`` (the default) each tensor's bytes are checked against the CRC-32C saved
         with it, so a flipped bit in the data is found too; ``verify=False`` skips that.
         """
-        state = cls(_C.load_checkpoint(os.fspath(checkpoint_uri), bool(verify)))
+        state = cls(_C.load_checkpoint(_path("load_checkpoint: checkpoint_uri", checkpoint_uri), bool(verify)))
         logger.info("loaded checkpoint %s: %d parameters", os.fspath(checkpoint_uri), len(state.parameters))
         return state
 
@@ -191,7 +191,8 @@ class CheckpointState:
         """
         if not isinstance(state, CheckpointState):
             raise TypeError(f"save_checkpoint takes a CheckpointState, not {type(state).__name__}")
-        _C.save_checkpoint(state._state, os.fspath(checkpoint_uri), include_optimizer_state, format)
+        _C.save_checkpoint(state._state, _path("save_checkpoint: checkpoint_uri", checkpoint_uri),
+                           include_optimizer_state, format)
         logger.info("saved checkpoint %s (%s format)%s", os.fspath(checkpoint_uri), format,
                     " with the optimizer state" if include_optimizer_state else "")
 

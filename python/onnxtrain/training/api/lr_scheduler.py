@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import warnings
 
 from onnxtrain import _C
@@ -22,13 +23,18 @@ class LinearLRScheduler:
     docs/differences.md.
 
     Raises:
-        TypeError: ``optimizer`` is not an ``Optimizer``.
+        TypeError: ``optimizer`` is not an ``Optimizer``, a step count not an int, ``initial_lr`` not a number.
         ValueError: a negative step count, or an ``initial_lr`` that is negative or not finite.
     """
 
     def __init__(self, optimizer: Optimizer, warmup_step_count: int, total_step_count: int, initial_lr: float) -> None:
         if not isinstance(optimizer, Optimizer):
             raise TypeError(f"LinearLRScheduler takes an Optimizer, not {type(optimizer).__name__}")
+        for name, count in (("warmup_step_count", warmup_step_count), ("total_step_count", total_step_count)):
+            if isinstance(count, bool) or not isinstance(count, numbers.Integral):
+                raise TypeError(f"LinearLRScheduler: {name} must be an int, got {type(count).__name__}")
+        if isinstance(initial_lr, bool) or not isinstance(initial_lr, numbers.Real):
+            raise TypeError(f"LinearLRScheduler: initial_lr must be a number, got {type(initial_lr).__name__}")
         if int(warmup_step_count) > int(total_step_count):
             warnings.warn(
                 f"LinearLRScheduler: warmup_step_count ({warmup_step_count}) > total_step_count ({total_step_count}): "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import os
 
 from onnxtrain import _C
@@ -29,6 +30,8 @@ class Optimizer:
 
     def set_learning_rate(self, learning_rate: float) -> None:
         """Sets the learning rate of the next steps (kept in the checkpoint's optimizer state)."""
+        if isinstance(learning_rate, bool) or not isinstance(learning_rate, numbers.Real):
+            raise TypeError(f"set_learning_rate: learning_rate must be a number, got {type(learning_rate).__name__}")
         self._optimizer.set_learning_rate(float(learning_rate))
 
     def get_learning_rate(self) -> float:

@@ -134,6 +134,8 @@ class ORTModule(torch.nn.Module):
         if not isinstance(module, torch.nn.Module):
             raise TypeError(f"ORTModule wraps a torch.nn.Module, got {type(module).__name__}")
         super().__init__()
+        if debug_options is not None and not isinstance(debug_options, DebugOptions):
+            raise TypeError(f"ORTModule: debug_options must be a DebugOptions, got {type(debug_options).__name__}")
         self._original_module = module
         self._debug_options = debug_options or DebugOptions()
         self._options = RuntimeOptions.from_debug_options(self._debug_options)
