@@ -6,11 +6,16 @@
 //
 //   AccumulateGradient (grad, buffer, reset) => (out)
 //       out = reset ? grad : buffer + grad
-//   AdamWStep <beta1, beta2, epsilon, weight_decay, bias_correction>
+//   AdamWStep <beta1, beta2, epsilon, weight_decay, bias_correction, adam_mode>
 //             (lr, step, p, g, m, v) => (p_out, m_out, v_out)
-//       torch.optim.AdamW: p *= 1 - lr wd; m += (1 - beta1)(g - m);
-//       v = beta2 v + (1 - beta2) g^2; p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + epsilon),
-//       bc_i = 1 - beta_i^step with bias_correction, 1 without
+//       bc_i = 1 - beta_i^step with bias_correction, 1 without; adam_mode as
+//       onnxruntime-training's AdamWOptimizer numbers it (absent: 0):
+//       0, torch.optim.AdamW: p *= 1 - lr wd; m += (1 - beta1)(g - m);
+//          v = beta2 v + (1 - beta2) g^2; p -= lr / bc1 * m / (sqrt(v) / sqrt(bc2) + epsilon)
+//       1, Hugging Face's AdamW as ORT's CPU kernel computes it: m = beta1 m + (1 - beta1) g;
+//          v = beta2 v + ((1 - beta2) g) g; p -= (lr sqrt(bc2) / bc1) m / (sqrt(v) + epsilon);
+//          p -= (lr wd) p. Its scalars (beta_i, bc_i, the corrected rate, lr wd) are
+//          computed in lr's type (float32: ORT's float arithmetic, its powers in double)
 //   SGDStep <weight_decay> (lr, p, g) => (p_out)
 //       torch.optim.SGD without momentum: p -= lr (g + wd p)
 //   SGDMomentumStep <momentum, dampening, nesterov, weight_decay>
@@ -21,7 +26,7 @@
 // lr is a float scalar, step an int64 scalar (1 for the first update). The float
 // hyperparameters are double scalar tensors, so that float64 parameters get them at full
 // precision and the scalar arithmetic (1 - beta2, lr / bc1) happens in double, as in
-// torch.optim; bias_correction and nesterov are ints (0 or 1).
+// torch.optim; bias_correction, nesterov and adam_mode are ints (0 or 1).
 #pragma once
 
 #include <string_view>

@@ -238,11 +238,15 @@ def _optimizer_options(model: onnx.ModelProto) -> dict:
         return {"optimizer": "sgd"}
     if node.op_type != "AdamWOptimizer":
         raise ConversionError(f"optimizer op {node.op_type} has no onnxtrain equivalent")
-    if _attribute(node, "adam_mode", 0) == 1:
-        warnings.warn("the ORT optimizer is Hugging Face's AdamW (adam_mode=1); onnxtrain's AdamW is torch's: "
-                      "epsilon is added to sqrt(v) / sqrt(1 - beta2^t) instead of sqrt(v), so the converted run "
-                      "differs from ORT's by about epsilon / sqrt(v) per step", stacklevel=3)
-    return {"optimizer": "adamw", "beta1": float(_attribute(node, "alpha", 0.9)),
+    mode = _attribute(node, "adam_mode", 0)
+    if mode not in (0, 1):
+        raise ConversionError(f"AdamWOptimizer has adam_mode {mode}; ORT defines 0 (torch) and 1 (Hugging Face)")
+    if mode == 0:
+        warnings.warn("the ORT optimizer is AdamW with adam_mode=0 (torch's rule): onnxtrain's torch rule computes it "
+                      "in torch's order with double-precision scalars, ORT's kernel in float in another order, so the "
+                      "converted run may differ from ORT's in the last bits", stacklevel=3)
+    return {"optimizer": "adamw", "adam_mode": "huggingface" if mode == 1 else "torch",
+            "beta1": float(_attribute(node, "alpha", 0.9)),
             "beta2": float(_attribute(node, "beta", 0.999)), "epsilon": float(_attribute(node, "epsilon", 1e-8)),
             "weight_decay": float(_attribute(node, "weight_decay", 1e-2)),
             "bias_correction": bool(_attribute(node, "correct_bias", 1))}
