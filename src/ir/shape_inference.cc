@@ -448,7 +448,7 @@ void loss(Context& c) {
     out.insert(out.end(), x->begin() + 2, x->end());
     c.set(0, c.dtype(0), out);
   } else c.set(0, c.dtype(0));
-  if (c.node().op_type == "SoftmaxCrossEntropyLoss") same_as_input_to(c, 1);
+  if (c.node().op_type.starts_with("SoftmaxCrossEntropyLoss")) same_as_input_to(c, 1);  // and ORT's ...Internal
 }
 
 void layer_norm(Context& c) {
@@ -573,6 +573,11 @@ const std::unordered_map<std::string, Rule>& rules() {
     t["BitwiseNot"] = same_as_input;
     t["Attention"] = attention;
     t["RMSNormalization"] = [](Context& c) { c.set(0, c.dtype(1), c.shape(0) ? std::optional(*c.shape(0)) : std::nullopt); };
+    // onnxruntime's RMSNorm: Y like X; inv_std_var float (double for double X), no shape here.
+    t["SimplifiedLayerNormalization"] = [](Context& c) {
+      same_as_input(c);
+      c.set(1, c.dtype(0) == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32);
+    };
     t["OneHot"] = [](Context& c) { c.set(0, c.dtype(2)); };
     t["EyeLike"] = [](Context& c) {
       const auto dtype = c.int_attribute("dtype");
@@ -624,12 +629,28 @@ void fused_matmul(Context& c) {
 const std::unordered_map<std::string, Rule>& microsoft_rules() {
   static const std::unordered_map<std::string, Rule> table = [] {
     std::unordered_map<std::string, Rule> t;
-    for (const char* op :
-         {"Gelu", "FastGelu", "Scale", "ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "FastGeluGrad",
-          "SoftmaxGrad_13", "LogSoftmaxGrad_13", "BiasGelu", "BiasGeluGrad_dX", "ZeroGradient", "DropoutGrad"}) {
+    for (const char* op : {"Gelu", "FastGelu", "Scale", "ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad",
+                           "FastGeluGrad", "SoftmaxGrad_13", "LogSoftmaxGrad_13", "BiasGelu", "BiasGeluGrad_dX",
+                           "ZeroGradient", "DropoutGrad", "QuickGelu", "QuickGeluGrad"}) {
       t[op] = same_as_input;
     }
     t["SoftmaxCrossEntropyLossGrad"] = [](Context& c) { like_input(c, 0, 1); };
+    t["SoftmaxCrossEntropyLossInternalGrad"] = [](Context& c) { like_input(c, 0, 1); };
+    t["SoftmaxCrossEntropyLossInternal"] = loss;
+    t["BiasDropout"] = [](Context& c) {
+      like_input(c, 0, 0);
+      c.set(1, DType::kBool, c.shape(0) ? std::optional(*c.shape(0)) : std::nullopt);
+    };
+    t["SimplifiedLayerNormalizationGrad"] = [](Context& c) {
+      like_input(c, 0, 1);
+      like_input(c, 1, 2);
+    };
+    t["GatherElementsGrad"] = [](Context& c) { c.set(0, c.dtype(0)); };  // shape: the values of input 1
+    t["ConcatTraining"] = [](Context& c) {
+      concat(c);
+      c.set(1, DType::kInt64, Shape{known(static_cast<int64_t>(c.input_count()))});
+    };
+    t["SplitTraining"] = split;
     // (dY, X, scale, ...) => (dX like X, dScale and dB like scale)
     for (const char* op : {"LayerNormalizationGrad", "BatchNormalizationGrad"}) {
       t[op] = [](Context& c) {

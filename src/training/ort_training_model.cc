@@ -103,6 +103,60 @@ void adopt_max_pool_grad(ir::Model& model, size_t index) {
   model.graph.nodes.push_back(std::move(shape_node));
 }
 
+// ORT's AveragePoolGrad (dY) also takes dX's shape from static shape inference;
+// org.onnxtrain::AveragePoolGrad (dY, shape) takes it as an input: the shape of the input of
+// the AveragePool whose gradient this is (ORT's gradient builder names them "<output>_grad"
+// and "<input>_grad"). ORT's node carries AveragePool's attributes; org.onnxtrain's takes
+// explicit pads, strides and dilations (and works out ceil rounding from dY's shape).
+void adopt_average_pool_grad(ir::Model& model, size_t index) {
+  ir::Node& node = model.graph.nodes[index];
+  if (node.inputs.size() != 1 || node.outputs.size() != 1) {
+    throw Error(node.describe() + ": expected 1 input (dY) and 1 output (dX), got " +
+                    std::to_string(node.inputs.size()) + " and " + std::to_string(node.outputs.size()),
+                ErrorKind::kInvalidModel);
+  }
+  const ir::Attribute* kernel = node.attribute("kernel_shape");
+  if (kernel == nullptr || kernel->ints.empty()) {
+    throw Error(node.describe() + ": it has no kernel_shape", ErrorKind::kInvalidModel);
+  }
+  const size_t spatial = kernel->ints.size();
+  std::string auto_pad = "NOTSET";
+  if (const ir::Attribute* a = node.attribute("auto_pad")) auto_pad = a->s;
+  if (auto_pad != "NOTSET" && auto_pad != "VALID") {
+    throw Error(node.describe() + ": auto_pad " + auto_pad +
+                    " is not supported; onnxtrain takes explicit pads (NOTSET) or VALID",
+                ErrorKind::kInvalidModel);
+  }
+  std::erase_if(node.attributes, [&](const ir::Attribute& a) {
+    return a.name == "auto_pad" || a.name == "ceil_mode" || (a.name == "pads" && auto_pad == "VALID");
+  });
+  for (const char* name : {"strides", "dilations"}) {
+    if (node.attribute(name) == nullptr) node.attributes.push_back(ir::attr(name, std::vector<int64_t>(spatial, 1)));
+  }
+  if (node.attribute("pads") == nullptr)
+    node.attributes.push_back(ir::attr("pads", std::vector<int64_t>(2 * spatial, 0)));
+  std::string pooled;
+  for (const ir::Node& n : model.graph.nodes) {
+    if (n.op_type != "AveragePool" || n.inputs.empty() || n.outputs.empty()) continue;
+    if (n.outputs[0] + "_grad" == node.inputs[0] || n.inputs[0] + "_grad" == node.outputs[0]) pooled = n.inputs[0];
+  }
+  if (pooled.empty()) {
+    throw Error(node.describe() + ": no AveragePool has the gradient '" + node.inputs[0] + "' of its output or '" +
+                    node.outputs[0] + "' of its input, so dX's shape is unknown",
+                ErrorKind::kInvalidModel);
+  }
+  const std::string shape = node.outputs[0] + "/input_shape";
+  node.domain = "org.onnxtrain";
+  node.inputs.push_back(shape);
+  node.opset = 0;
+  ir::Node shape_node;
+  shape_node.name = shape;
+  shape_node.op_type = "Shape";
+  shape_node.inputs = {pooled};
+  shape_node.outputs = {shape};
+  model.graph.nodes.push_back(std::move(shape_node));
+}
+
 // ORT's ConvGrad takes Conv's attributes as Conv does, strides and dilations defaulting to
 // ones; org.onnxtrain's kernel expects them written out.
 void complete_conv_grad(const ir::Model& model, ir::Node& node) {
@@ -189,7 +243,7 @@ bool is_ort_training_model(const ir::Model& model) {
 
 ir::Model adopt_ort_training_model(ir::Model model) {
   if (!is_ort_training_model(model)) return model;
-  const size_t count = model.graph.nodes.size();  // adopt_max_pool_grad appends Shape nodes
+  const size_t count = model.graph.nodes.size();  // the pool gradients append Shape nodes
   for (size_t i = 0; i < count; ++i) {
     ir::Node& node = model.graph.nodes[i];
     if (is_ort_node(node, "InPlaceAccumulatorV2"))
@@ -198,6 +252,8 @@ ir::Model adopt_ort_training_model(ir::Model model) {
       adopt_gather_grad(node);
     else if (node.domain.empty() && node.op_type == "MaxPoolGrad")
       adopt_max_pool_grad(model, i);
+    else if (node.domain.empty() && node.op_type == "AveragePoolGrad")
+      adopt_average_pool_grad(model, i);
     else if (is_ort_node(node, "ConvGrad"))
       complete_conv_grad(model, node);
     else if (is_ort_node(node, "BatchNormInternal"))
