@@ -11,6 +11,8 @@ Fixtures (FIXTURES below; --cases picks some): for each case (a small model, a l
 optimizer) it writes into OUT_DIR/<case>/:
 - what ORT's `generate_artifacts` writes: training_model.onnx, eval_model.onnx,
   optimizer_model.onnx, checkpoint (an ODTC flatbuffer; `nominal_checkpoint` for the MLP);
+- for the MLP, checkpoint_external with checkpoint_external.data: the same parameters in a
+  checkpoint ORT wrote with external data (see external_data_checkpoint);
 - checkpoint_step5: the state ORT saved after 5 training steps, with optimizer state and
   properties (an int, a float, a string);
 - reference.json: the inputs of each step, ORT's loss after each of STEPS steps, and the
@@ -453,6 +455,62 @@ def reference_run(directory: Path, make_inputs) -> dict:
             "input_names": module.input_names(), "output_names": module.output_names()}
 
 
+def external_data_checkpoint(directory: Path) -> None:
+    """checkpoint_external (and checkpoint_external.data): ORT's own checkpoint with external
+    data, holding the initial parameters of `directory`'s checkpoint.
+
+    ORT 1.19.2 writes a checkpoint's parameters to "<checkpoint>.data" when they total 1800
+    MiB or more, and whenever it saves a state it loaded from such a checkpoint. A fixture of
+    KBs is made the second way: the parameters are written here in ODTC with the module
+    state's has_external_data set (by the flatbuffers code generated from ORT's schema that
+    ships with ORT), ORT loads that and saves it again.
+    """
+    import flatbuffers
+    from onnxruntime.tools.ort_format_model.ort_flatbuffers_py.fbs import Checkpoint, ModuleState, Tensor
+    from onnxruntime.training import api
+
+    state = api.CheckpointState.load_checkpoint(str(directory / "checkpoint"))
+    builder = flatbuffers.Builder(1024)
+
+    def tensor(name: str, value: np.ndarray) -> int:
+        fb_name = builder.CreateString(name)
+        raw = builder.CreateNumpyVector(np.ascontiguousarray(value).view(np.uint8).ravel())
+        Tensor.TensorStartDimsVector(builder, value.ndim)
+        for d in reversed(value.shape):
+            builder.PrependInt64(d)
+        dims = builder.EndVector()
+        Tensor.TensorStart(builder)
+        Tensor.TensorAddName(builder, fb_name)
+        Tensor.TensorAddDims(builder, dims)
+        Tensor.TensorAddDataType(builder, helper.np_dtype_to_tensor_dtype(value.dtype))
+        Tensor.TensorAddRawData(builder, raw)
+        return Tensor.TensorEnd(builder)
+
+    lists = []
+    for requires_grad in (True, False):
+        tensors = [tensor(n, np.asarray(p.data)) for n, p in sorted(state.parameters) if p.requires_grad == requires_grad]
+        ModuleState.ModuleStateStartRequiresGradParamsVector(builder, len(tensors))
+        for t in reversed(tensors):
+            builder.PrependUOffsetTRelative(t)
+        lists.append(builder.EndVector())
+    ModuleState.ModuleStateStart(builder)
+    ModuleState.ModuleStateAddRequiresGradParams(builder, lists[0])
+    ModuleState.ModuleStateAddFrozenParams(builder, lists[1])
+    ModuleState.ModuleStateAddHasExternalData(builder, True)
+    module = ModuleState.ModuleStateEnd(builder)
+    Checkpoint.CheckpointStart(builder)
+    Checkpoint.CheckpointAddVersion(builder, 2)
+    Checkpoint.CheckpointAddModuleState(builder, module)
+    builder.Finish(Checkpoint.CheckpointEnd(builder), b"ODTC")
+    flagged = directory / "checkpoint_flagged"
+    flagged.write_bytes(builder.Output())
+    flagged.with_name(flagged.name + ".data").write_bytes(b"")
+    loaded = api.CheckpointState.load_checkpoint(str(flagged))
+    api.CheckpointState.save_checkpoint(loaded, str(directory / "checkpoint_external"))
+    flagged.unlink()
+    flagged.with_name(flagged.name + ".data").unlink()
+
+
 FILES = ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx")
 
 
@@ -508,6 +566,8 @@ def main() -> None:
                 continue
             directory = out / name
             generate(directory, model, trainable_names, frozen, loss, optim, nominal=name == "mlp_crossentropy_adamw")
+            if name == "mlp_crossentropy_adamw":
+                external_data_checkpoint(directory)
             reference = reference_run(directory, make_inputs)
             (directory / "reference.json").write_text(json.dumps(reference))
             print(f"{name}: losses {reference['losses'][0]:.5f} .. {reference['losses'][-1]:.5f}")
