@@ -22,7 +22,7 @@ from onnxtrain.training.api import CheckpointState
 from test_ort_migration import FIXTURES, array, reference
 
 CASES = ["mlp_crossentropy_adamw", "mlp_mse_sgd", "mlp_bcewithlogits_adamw", "mlp_l1_sgd", "cnn_mse_sgd",
-         "gpt_crossentropy_adamw"]
+         "gpt_crossentropy_adamw", "mlp_focal_sgd", "cnn_pooling_l1_adamw", "llama_crossentropy_adamw"]
 
 
 def converted(case, tmp_path):
