@@ -73,6 +73,32 @@ void adopt_gather_grad(ir::Node& node) {
   node.opset = 0;
 }
 
+// Gives `node` (a window op over `spatial` axes) its strides, dilations and pads where ORT
+// leaves them to their defaults (ones, ones, zeros): org.onnxtrain's kernels take them written out.
+void write_out_window(ir::Node& node, size_t spatial) {
+  for (const char* name : {"strides", "dilations"}) {
+    if (node.attribute(name) == nullptr) node.attributes.push_back(ir::attr(name, std::vector<int64_t>(spatial, 1)));
+  }
+  if (node.attribute("pads") == nullptr)
+    node.attributes.push_back(ir::attr("pads", std::vector<int64_t>(2 * spatial, 0)));
+}
+
+// Makes ORT's pooling gradient `index` the org.onnxtrain op of the same name, whose last input
+// is the shape of the pooled input `pooled` (a Shape node appended to the graph).
+void take_pooled_shape(ir::Model& model, size_t index, const std::string& pooled) {
+  ir::Node& node = model.graph.nodes[index];
+  const std::string shape = node.outputs[0] + "/input_shape";
+  node.domain = "org.onnxtrain";
+  node.inputs.push_back(shape);
+  node.opset = 0;
+  ir::Node shape_node;
+  shape_node.name = shape;
+  shape_node.op_type = "Shape";
+  shape_node.inputs = {pooled};
+  shape_node.outputs = {shape};
+  model.graph.nodes.push_back(std::move(shape_node));  // invalidates `node`
+}
+
 // ORT's MaxPoolGrad (dY, Indices) takes dX's shape from its static shape inference;
 // org.onnxtrain::MaxPoolGrad (dY, indices, shape) takes it as an input: the shape of the
 // input of the MaxPool whose Indices it reads.
@@ -90,17 +116,8 @@ void adopt_max_pool_grad(ir::Model& model, size_t index) {
   if (pooled.empty()) {
     throw Error(where + ": no MaxPool produces its Indices '" + node.inputs[1] + "'", ErrorKind::kInvalidModel);
   }
-  const std::string shape = node.outputs[0] + "/input_shape";
-  node.domain = "org.onnxtrain";
-  node.inputs.push_back(shape);
   node.attributes.clear();
-  node.opset = 0;
-  ir::Node shape_node;
-  shape_node.name = shape;
-  shape_node.op_type = "Shape";
-  shape_node.inputs = {pooled};
-  shape_node.outputs = {shape};
-  model.graph.nodes.push_back(std::move(shape_node));
+  take_pooled_shape(model, index, pooled);
 }
 
 // ORT's AveragePoolGrad (dY) also takes dX's shape from static shape inference;
@@ -130,11 +147,7 @@ void adopt_average_pool_grad(ir::Model& model, size_t index) {
   std::erase_if(node.attributes, [&](const ir::Attribute& a) {
     return a.name == "auto_pad" || a.name == "ceil_mode" || (a.name == "pads" && auto_pad == "VALID");
   });
-  for (const char* name : {"strides", "dilations"}) {
-    if (node.attribute(name) == nullptr) node.attributes.push_back(ir::attr(name, std::vector<int64_t>(spatial, 1)));
-  }
-  if (node.attribute("pads") == nullptr)
-    node.attributes.push_back(ir::attr("pads", std::vector<int64_t>(2 * spatial, 0)));
+  write_out_window(node, spatial);
   std::string pooled;
   for (const ir::Node& n : model.graph.nodes) {
     if (n.op_type != "AveragePool" || n.inputs.empty() || n.outputs.empty()) continue;
@@ -145,16 +158,7 @@ void adopt_average_pool_grad(ir::Model& model, size_t index) {
                     node.outputs[0] + "' of its input, so dX's shape is unknown",
                 ErrorKind::kInvalidModel);
   }
-  const std::string shape = node.outputs[0] + "/input_shape";
-  node.domain = "org.onnxtrain";
-  node.inputs.push_back(shape);
-  node.opset = 0;
-  ir::Node shape_node;
-  shape_node.name = shape;
-  shape_node.op_type = "Shape";
-  shape_node.inputs = {pooled};
-  shape_node.outputs = {shape};
-  model.graph.nodes.push_back(std::move(shape_node));
+  take_pooled_shape(model, index, pooled);
 }
 
 // ORT's ConvGrad takes Conv's attributes as Conv does, strides and dilations defaulting to
@@ -171,11 +175,7 @@ void complete_conv_grad(const ir::Model& model, ir::Node& node) {
     throw Error(node.describe() + ": cannot tell the number of spatial axes (no pads, kernel_shape or weight shape)",
                 ErrorKind::kInvalidModel);
   }
-  for (const char* name : {"strides", "dilations"}) {
-    if (node.attribute(name) == nullptr) node.attributes.push_back(ir::attr(name, std::vector<int64_t>(spatial, 1)));
-  }
-  if (node.attribute("pads") == nullptr)
-    node.attributes.push_back(ir::attr("pads", std::vector<int64_t>(2 * spatial, 0)));
+  write_out_window(node, spatial);
 }
 
 // ORT's BatchNormInternal updates the running mean and variance in place (its kernel aliases
