@@ -74,8 +74,8 @@ class Module {
   // a parameter is not float32.
   Tensor contiguous_parameters(bool trainable_only) const;
   // Writes a buffer laid out as contiguous_parameters(trainable_only) back. On a nominal
-  // state it must hold every parameter (trainable_only false); the state is then no longer
-  // nominal.
+  // state it must hold every parameter (trainable_only false, unless none is frozen); the
+  // state is then no longer nominal.
   void copy_buffer_to_parameters(const Tensor& buffer, bool trainable_only);
 
   // Writes a plain inference model computing `graph_output_names` (outputs of the eval

@@ -149,13 +149,35 @@ def test_nominal_ort_checkpoint_takes_the_models_shapes_and_the_buffers_values()
         module(*[array(x) for x in ref["inputs"][0]])
     with pytest.raises(ValueError, match="nominal"):
         module.get_contiguous_parameters()
-    with pytest.raises(ValueError, match="trainable_only=False"):
-        module.copy_buffer_to_parameters(buffer, trainable_only=True)
     module.copy_buffer_to_parameters(buffer, trainable_only=False)
     assert not state._state.is_nominal
     losses = train(module, optimizer, ref, range(len(ref["losses"])))
     np.testing.assert_allclose(losses, ref["losses"], rtol=LOSS_RTOL)
     assert_parameters(state, ref["parameters"])
+
+
+def test_nominal_state_with_frozen_parameters_needs_them_too(tmp_path):
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnxtrain.training import artifacts
+
+    w = numpy_helper.from_array(np.ones((3, 2), np.float32), "w")
+    b = numpy_helper.from_array(np.ones(2, np.float32), "b")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["xw", "b"], ["y"])],
+                              "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 2])], [w, b])
+    artifacts.generate_artifacts(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+                                 requires_grad=["w"], frozen_params=["b"], loss=artifacts.LossType.MSELoss,
+                                 optimizer=artifacts.OptimType.SGD, artifact_directory=tmp_path,
+                                 nominal_checkpoint=True)
+    state = CheckpointState.load_checkpoint(tmp_path / "nominal_checkpoint")
+    module = api.Module(str(tmp_path / "training_model.onnx"), state)
+    with pytest.raises(ValueError, match="frozen ones too: pass trainable_only=False"):
+        module.copy_buffer_to_parameters(np.zeros(6, np.float32), trainable_only=True)
+    module.copy_buffer_to_parameters(np.arange(8, dtype=np.float32), trainable_only=False)
+    values = {name: np.asarray(p.data) for name, p in state.parameters}
+    assert sorted(np.concatenate([v.ravel() for v in values.values()])) == list(range(8))
+    assert values["w"].shape == (3, 2) and values["b"].shape == (2,)
 
 
 def test_ort_checkpoint_with_external_data():
