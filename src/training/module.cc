@@ -307,10 +307,11 @@ void Module::copy_buffer_to_parameters(const Tensor& buffer, bool trainable_only
   if (state_->is_nominal() && trainable_only &&
       std::any_of(state_->parameters().begin(), state_->parameters().end(),
                   [](const Parameter& p) { return !p.requires_grad; })) {
-    throw Error("copy_buffer_to_parameters: the checkpoint is nominal, so every parameter needs its values, the "
-                "frozen ones too: pass trainable_only=False (and a buffer of get_parameters_size(trainable_only=False) "
-                "elements)",
-                ErrorKind::kInvalidArgument);
+    throw Error(
+        "copy_buffer_to_parameters: the checkpoint is nominal, so every parameter needs its values, the "
+        "frozen ones too: pass trainable_only=False (and a buffer of get_parameters_size(trainable_only=False) "
+        "elements)",
+        ErrorKind::kInvalidArgument);
   }
   const auto selected = selected_parameters(*state_, trainable_only);
   const int64_t expected = parameters_size(trainable_only);

@@ -136,8 +136,10 @@ ir::Model build_optimizer_model(std::span<const ir::ValueInfo> parameters, const
   std::vector<ir::Attribute> attributes;
   if (options.kind == OptimizerKind::kAdamW) {
     op_type = "AdamWStep";
-    attributes = {hyperparameter("beta1", options.beta1), hyperparameter("beta2", options.beta2),
-                  hyperparameter("epsilon", options.epsilon), hyperparameter("weight_decay", options.weight_decay),
+    attributes = {hyperparameter("beta1", options.beta1),
+                  hyperparameter("beta2", options.beta2),
+                  hyperparameter("epsilon", options.epsilon),
+                  hyperparameter("weight_decay", options.weight_decay),
                   ir::attr("bias_correction", options.bias_correction ? 1 : 0),
                   ir::attr("adam_mode", static_cast<int64_t>(options.adam_mode))};
   } else if (moments.empty()) {
