@@ -11,6 +11,9 @@ The models are the parity tests' MLP, CNN (with BatchNorm) and small GPT
 - ORT-training: onnxruntime-training's own artifacts for the same ONNX model, the same loop.
   It lives in its own virtualenv (``scripts/setup_ort_training.sh``); without it the other
   columns are still measured.
+- onnxtrain on ORT's files (``onnxtrain-ort``): onnxtrain training ORT-training's own
+  artifacts and ODTC checkpoint, as they are (issue 16), the same loop; its own table sets it
+  beside ORT-training running the same files.
 
 The ONNX runtimes' Modules load the training model only: the step never runs the eval
 model (and ORT-training's eval model of the CNN does not load: its BatchNormalization nodes
@@ -47,8 +50,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("mlp", "cnn", "gpt")
-FRAMEWORKS = ("onnxtrain", "ort-training", "torch")
-TITLES = {"onnxtrain": "onnxtrain", "torch": "PyTorch", "ort-training": "ORT-training"}
+FRAMEWORKS = ("onnxtrain", "ort-training", "torch", "onnxtrain-ort")
+TITLES = {"onnxtrain": "onnxtrain", "torch": "PyTorch", "ort-training": "ORT-training",
+          "onnxtrain-ort": "onnxtrain on ORT's files"}
+# onnxtrain's target on ORT-training's own artifacts: at most this share of ORT's step time.
+ORT_FILES_TARGET = 0.77
 ORT_TRAINING_PYTHON = Path.home() / ".cache" / "onnxtrain" / "ort-training-1.19.2" / "bin" / "python"
 LEARNING_RATE = 1e-3
 WEIGHT_DECAY = 0.01  # onnxtrain's AdamW default (ORT-training's is 0: same work per step)
@@ -92,12 +98,13 @@ def time_steps(train: Callable[[Any, Any], Any], update: Callable[[], None],
             "optimizer_ms": statistics.median(update_part) * 1e3, "first_loss": losses[0], "last_loss": losses[-1]}
 
 
-def measure_onnxtrain(folder: Path, threads: int, warmup: int, steps: int) -> dict:
+def measure_onnxtrain(folder: Path, threads: int, warmup: int, steps: int, files: str = "onnxtrain") -> dict:
+    """`files`: whose artifacts onnxtrain trains, its own or ORT-training's ("ort-training")."""
     import onnxtrain
     from onnxtrain.training.api import CheckpointState, Module, Optimizer
 
     baseline = peak_rss_mb()
-    artifacts = folder / "onnxtrain"
+    artifacts = folder / files
     options = onnxtrain.SessionOptions()
     options.intra_op_num_threads = threads
     state = CheckpointState.load_checkpoint(artifacts / "checkpoint")
@@ -181,7 +188,8 @@ def measure_torch(folder: Path, threads: int, warmup: int, steps: int) -> dict:
     return {**time_steps(train, optimizer.step, batches, warmup, steps), "baseline_mb": baseline}
 
 
-MEASURE = {"onnxtrain": measure_onnxtrain, "torch": measure_torch, "ort-training": measure_ort_training}
+MEASURE = {"onnxtrain": measure_onnxtrain, "torch": measure_torch, "ort-training": measure_ort_training,
+           "onnxtrain-ort": lambda *args: measure_onnxtrain(*args, files="ort-training")}
 
 
 def run_measurement(framework: str, folder: Path, threads: int, warmup: int, steps: int) -> None:
@@ -251,7 +259,7 @@ def prepare(models: list[str], frameworks: list[str], batch_count: int, work: Pa
         torch.save(case.module.state_dict(), folder / "torch_state.pt")
         if "onnxtrain" in frameworks:
             generate_onnxtrain_artifacts(folder, trainable)
-        if "ort-training" in frameworks:
+        if "ort-training" in frameworks or "onnxtrain-ort" in frameworks:
             ort_outcome[name] = run_ort_artifacts_child(folder)
     return ort_outcome
 
@@ -337,10 +345,27 @@ def format_ratios(ours: list[dict], theirs: list[dict]) -> tuple[str, str]:
     return f"{speedup:.2f}×", f"{peak:.2f} (+{growth:.2f})"
 
 
+def print_ort_files_table(threads: int, models: list[str], results: dict[tuple[int, str, str], list[dict | str]]) -> None:
+    """onnxtrain and ORT-training, each training ORT-training's own artifacts."""
+    print(f"\n### ORT-training's own artifacts, threads = {threads}\n")
+    print("| model | onnxtrain ms | ORT-training ms | onnxtrain / ORT | target ≤ " + f"{ORT_FILES_TARGET} |")
+    print("|---|---|---|---|---|")
+    for model in models:
+        ours = [r for r in results[threads, model, "onnxtrain-ort"] if isinstance(r, dict)]
+        theirs = [r for r in results[threads, model, "ort-training"] if isinstance(r, dict)]
+        cells = [format_ms(median_of(done, "step_ms")) if done else "n/a" for done in (ours, theirs)]
+        if ours and theirs:
+            ratio = median_of(ours, "step_ms") / median_of(theirs, "step_ms")
+            cells += [f"{ratio:.2f}", "met" if ratio <= ORT_FILES_TARGET else "missed"]
+        else:
+            cells += ["n/a", "n/a"]
+        print(f"| {model} | " + " | ".join(cells) + " |")
+
+
 def print_tables(threads: int, models: list[str], frameworks: list[str],
                  results: dict[tuple[int, str, str], list[dict | str]]) -> None:
     ours = "onnxtrain"
-    others = [f for f in frameworks if f != ours] if ours in frameworks else []
+    others = [f for f in frameworks if f not in (ours, "onnxtrain-ort")] if ours in frameworks else []
 
     def runs(model: str, framework: str) -> list[dict]:
         return [r for r in results[threads, model, framework] if isinstance(r, dict)]
@@ -447,9 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     for name in models + frameworks:
         if name not in MODELS + FRAMEWORKS:
             parser.error(f"unknown model or framework '{name}'; models: {MODELS}, frameworks: {FRAMEWORKS}")
-    if "ort-training" in frameworks and (why := ort_training_available(ORT_TRAINING_PYTHON)):
+    if {"ort-training", "onnxtrain-ort"} & set(frameworks) and (why := ort_training_available(ORT_TRAINING_PYTHON)):
         print(f"ORT-training {why}; measuring the other frameworks", file=sys.stderr)
-        frameworks.remove("ort-training")
+        frameworks = [f for f in frameworks if f not in ("ort-training", "onnxtrain-ort")]
 
     with tempfile.TemporaryDirectory(prefix="training_step.") as temporary:
         work = args.work or Path(temporary)
@@ -461,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
             for threads in args.threads:
                 for model in models:
                     for framework in frameworks:
-                        if framework == "ort-training" and ort_outcome[model][0]:
+                        if framework in ("ort-training", "onnxtrain-ort") and ort_outcome[model][0]:
                             results[threads, model, framework].append(ort_outcome[model][0])
                             continue
                         results[threads, model, framework].append(run_child(framework, work / model, threads, args))
@@ -475,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}")
     for threads in args.threads:
         print_tables(threads, models, frameworks, results)
+        if {"ort-training", "onnxtrain-ort"} <= set(frameworks):
+            print_ort_files_table(threads, models, results)
     print_loss_check(models, frameworks, args.threads, results)
     for model, (_, note) in ort_outcome.items():
         if note:

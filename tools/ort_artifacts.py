@@ -1,28 +1,44 @@
-"""Generates the onnxruntime-training 1.19.2 fixtures of tests/python/training/ort_artifacts/.
+"""Generates the onnxruntime-training 1.19.2 fixtures of tests/python/training/ort_artifacts/
+and the table of the ops ORT's artifacts hold.
 
 Run it in ORT-training's own virtualenv (scripts/setup_ort_training.sh makes it), never in
 the project's .venv, where stock onnxruntime provides the same module name:
 
     ~/.cache/onnxtrain/ort-training-1.19.2/bin/python tools/ort_artifacts.py OUT_DIR
+        [--cases NAME,...] [--table-only]
 
-For each case (a tiny model, a loss, an optimizer) it writes into OUT_DIR/<case>/:
+Fixtures (FIXTURES below; --cases picks some): for each case (a small model, a loss, an
+optimizer) it writes into OUT_DIR/<case>/:
 - what ORT's `generate_artifacts` writes: training_model.onnx, eval_model.onnx,
   optimizer_model.onnx, checkpoint (an ODTC flatbuffer; `nominal_checkpoint` for the MLP);
+- for the MLP, checkpoint_external with checkpoint_external.data: the same parameters in a
+  checkpoint ORT wrote with external data (see external_data_checkpoint);
 - checkpoint_step5: the state ORT saved after 5 training steps, with optimizer state and
   properties (an int, a float, a string);
 - reference.json: the inputs of each step, ORT's loss after each of STEPS steps, and the
   parameters after the last one.
-and OUT_DIR/ops.md, the op histogram of each case's training and optimizer models.
 
-The models are small (KBs), the inputs seeded, so the run is the same on any machine.
+The op table (always written; --table-only writes nothing else): ORT's generate_artifacts
+run on the grid FAMILIES x LOSSES x OPTIMIZERS (an MLP with Dropout, a CNN with BatchNorm,
+max and average pooling and Dropout, GPT-2 (LayerNorm, GELU, attention, embeddings, Dropout)
+and a LLaMA block (RMSNorm, SiLU, rotary attention), each exported by torch as a user would;
+MSE, CrossEntropy, BCEWithLogits, L1 and a custom onnxblock loss; AdamW and SGD). Each
+case's op histogram goes into OUT_DIR/ops.json (per case, per file) and OUT_DIR/ops.md (the
+same as tables, one per model family). tests/python/training/test_ort_kernels.py checks that
+onnxtrain has a kernel for every op in it.
+
+The models are small (KBs), the weights and inputs seeded, so the run is the same on any
+machine.
 """
 
 from __future__ import annotations
 
+import argparse
 import base64
 import collections
+import copy
+import io
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -148,21 +164,174 @@ def gpt(rng: np.random.Generator) -> onnx.ModelProto:
                       [helper.make_tensor_value_info("output", F, ["rows", vocab])], initializers)
 
 
+# ---- models exported by torch, as users make them -----------------------------------------
+
+
+def export(module, example, training: bool = True) -> onnx.ModelProto:
+    """torch.onnx.export as ORT's on-device training docs do it (opset 17, training mode, no
+    constant folding), then what ORT 1.19.2's gradient builder needs of the graph: every
+    LayerNormalization with its mean and inv_std outputs (torch writes one output).
+    `training=False` exports in eval mode: BatchNormalization then has one output, and ORT
+    makes the training form itself (from the training form, ORT 1.19.2 writes an eval model
+    it cannot load: a BatchNormalization with three outputs and training_mode 0)."""
+    import torch
+
+    buffer = io.BytesIO()
+    module.train(training)
+    mode = torch.onnx.TrainingMode.TRAINING if training else torch.onnx.TrainingMode.EVAL
+    torch.onnx.export(module, example, buffer, input_names=["input"], output_names=["output"], opset_version=17,
+                      training=mode, do_constant_folding=False, dynamo=False)
+    model = onnx.load_from_string(buffer.getvalue())
+    for node in model.graph.node:
+        if node.op_type == "LayerNormalization" and len(node.output) == 1:
+            node.output.extend([node.output[0] + ".mean", node.output[0] + ".inv_std"])
+    return model
+
+
+def torch_roles(module, model: onnx.ModelProto) -> tuple[list[str], list[str]]:
+    """(trainable, frozen): the module's parameters, and its float buffers (BatchNorm's running
+    statistics), among the model's initializers."""
+    present = {t.name for t in model.graph.initializer}
+    parameters = [n for n, _ in module.named_parameters() if n in present]
+    buffers = [n for n, b in module.named_buffers() if n in present and b.is_floating_point()]
+    return parameters, buffers
+
+
+def _flat_logits(model, vocab):
+    import torch
+
+    class FlatLogits(torch.nn.Module):
+        """A causal LM's logits as [batch * sequence, vocab], the shape ORT's CrossEntropyLoss takes."""
+
+        def __init__(self):
+            super().__init__()
+            self.m = model
+
+        def forward(self, ids):
+            return self.m(ids).logits.reshape(-1, vocab)
+
+    return FlatLogits()
+
+
+VOCAB, SEQUENCE = 32, 8
+
+
+def torch_mlp(dropout: float):
+    import torch
+
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Dropout(dropout),
+                               torch.nn.Linear(8, 4)), (torch.randn(5, 6),)
+
+
+def torch_cnn(dropout: float):
+    """Conv, BatchNorm, ReLU, MaxPool, Conv, ReLU, AveragePool, Dropout, Flatten, Linear."""
+    import torch
+
+    norm = torch.nn.BatchNorm2d(4)
+    # A trained BatchNorm's values: with its fresh ones (weight = running_var = 1, bias =
+    # running_mean = 0) torch's exporter merges equal initializers, and ORT 1.19.2 then
+    # writes the running statistics, in place through that alias, into weight and bias.
+    with torch.no_grad():
+        for tensor in (norm.weight, norm.bias, norm.running_mean):
+            tensor.copy_(torch.randn(4) * 0.2 + (1 if tensor is norm.weight else 0))
+        norm.running_var.copy_(torch.rand(4) + 0.5)
+    layers = [torch.nn.Conv2d(2, 4, 3, padding=1), norm, torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+              torch.nn.Conv2d(4, 4, 3, padding=1), torch.nn.ReLU(), torch.nn.AvgPool2d(2)]
+    if dropout:
+        layers.append(torch.nn.Dropout(dropout))
+    layers += [torch.nn.Flatten(), torch.nn.Linear(16, 3)]
+    return torch.nn.Sequential(*layers), (torch.randn(5, 2, 8, 8),)
+
+
+def torch_gpt2(dropout: float):
+    """One GPT-2 block from transformers: embeddings, LayerNorm, attention, the tanh GELU MLP.
+    Attention dropout is 0: ORT 1.19.2 cannot differentiate the mask-less Dropout torch writes
+    there (its gradient builder needs the mask output)."""
+    import torch
+    import transformers
+
+    config = transformers.GPT2Config(vocab_size=VOCAB, n_positions=16, n_embd=16, n_layer=1, n_head=2,
+                                     attn_pdrop=0.0, resid_pdrop=dropout, embd_pdrop=dropout)
+    return _flat_logits(transformers.GPT2LMHeadModel(config), VOCAB), (torch.randint(0, VOCAB, (2, SEQUENCE)),)
+
+
+def torch_llama(dropout: float):
+    """One LLaMA block from transformers: RMSNorm, rotary attention, the SiLU-gated MLP. Its only
+    Dropout is attention's, which stays 0 (as GPT-2's); `dropout` is unused."""
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=16)
+    return _flat_logits(transformers.LlamaForCausalLM(config), VOCAB), (torch.randint(0, VOCAB, (2, SEQUENCE)),)
+
+
+def torch_model(family, dropout: float, seed: int, training: bool = True):
+    """(onnx model, trainable, frozen) of a torch model family, with weights from `seed`."""
+    import torch
+
+    torch.manual_seed(seed)
+    module, example = family(dropout)
+    model = export(module, example, training)
+    trainable, frozen = torch_roles(module, model)
+    return model, trainable, frozen
+
+
+# ---- a custom onnxblock loss ------------------------------------------------------------
+
+
+def focal_loss(gamma: float = 2.0):
+    """The focal loss, -mean((1 - p_t)^gamma log p_t) with p_t the softmax probability of the
+    label, as a custom onnxblock Block would build it: LogSoftmax, then the label's
+    log-probability by GatherElements. Its label input is "labels" (int64 [batch])."""
+    from onnxruntime.training import onnxblock
+    from onnxruntime.training.onnxblock import _graph_utils
+
+    class FocalLoss(onnxblock.Block):
+        def build(self, logits: str) -> str:
+            graph = self.base.graph
+            if not _graph_utils.node_arg_exists(self.base, "labels"):
+                labels = copy.deepcopy(_graph_utils.get_output_from_output_name(self.base, logits))
+                labels.name = "labels"
+                labels.type.tensor_type.elem_type = TensorProto.INT64
+                del labels.type.tensor_type.shape.dim[-1]
+                graph.input.append(labels)
+            n = {k: _graph_utils.generate_graph_name("focal." + k) for k in
+                 ("log_p", "axes", "index", "log_pt", "pt", "one", "q", "gamma", "weight", "weighted", "mean", "loss")}
+            graph.initializer.extend([numpy_helper.from_array(np.array([1], np.int64), n["axes"]),
+                                      numpy_helper.from_array(np.array(1.0, np.float32), n["one"]),
+                                      numpy_helper.from_array(np.array(gamma, np.float32), n["gamma"])])
+            graph.node.extend([
+                helper.make_node("LogSoftmax", [logits], [n["log_p"]], axis=-1),
+                helper.make_node("Unsqueeze", ["labels", n["axes"]], [n["index"]]),
+                helper.make_node("GatherElements", [n["log_p"], n["index"]], [n["log_pt"]], axis=1),
+                helper.make_node("Exp", [n["log_pt"]], [n["pt"]]),
+                helper.make_node("Sub", [n["one"], n["pt"]], [n["q"]]),
+                helper.make_node("Pow", [n["q"], n["gamma"]], [n["weight"]]),
+                helper.make_node("Mul", [n["weight"], n["log_pt"]], [n["weighted"]]),
+                helper.make_node("ReduceMean", [n["weighted"]], [n["mean"]], keepdims=0),
+                helper.make_node("Neg", [n["mean"]], [n["loss"]])])
+            return n["loss"]
+
+    return FocalLoss()
+
+
 def trainable(model: onnx.ModelProto, frozen: set[str]) -> tuple[list[str], list[str]]:
     floats = [t.name for t in model.graph.initializer if t.data_type == F and t.dims]
     return [n for n in floats if n not in frozen], [n for n in floats if n in frozen]
 
 
-def cases():
-    """(name, model, frozen, loss, optimizer, inputs(rng) -> list of feeds)."""
+def fixtures():
+    """(name, model, trainable, frozen, loss, optimizer, inputs(rng) -> list of feeds)."""
     from onnxruntime.training import artifacts
 
     rng = np.random.default_rng(16)
     loss, optim = artifacts.LossType, artifacts.OptimType
     batch = 5
 
-    def classes(n):
-        return lambda r: [r.standard_normal((batch, 6)).astype(np.float32), r.integers(0, n, batch).astype(np.int64)]
+    def classes(n, features=6):
+        return lambda r: [r.standard_normal((batch, features)).astype(np.float32),
+                          r.integers(0, n, batch).astype(np.int64)]
 
     def regression(shape_in, shape_out, binary=False):
         def make(r):
@@ -176,16 +345,56 @@ def cases():
         ids = r.integers(0, 11, (2, 5))
         return [ids[:, :4].astype(np.int64), ids[:, 1:].reshape(-1).astype(np.int64)]
 
-    return [
-        ("mlp_crossentropy_adamw", mlp(rng), set(), loss.CrossEntropyLoss, optim.AdamW, classes(4)),
-        ("mlp_mse_sgd", mlp(rng), set(), loss.MSELoss, optim.SGD, regression((batch, 6), (batch, 4))),
-        ("mlp_bcewithlogits_adamw", mlp(rng), {"fc1.bias"}, loss.BCEWithLogitsLoss, optim.AdamW,
-         regression((batch, 6), (batch, 4), binary=True)),
-        ("mlp_l1_sgd", mlp(rng), set(), loss.L1Loss, optim.SGD, regression((batch, 6), (batch, 4))),
-        ("cnn_mse_sgd", cnn(rng), {"bn.running_mean", "bn.running_var"}, loss.MSELoss, optim.SGD,
-         regression((batch, 2, 4, 4), (batch, 3))),
-        ("gpt_crossentropy_adamw", gpt(rng), set(), loss.CrossEntropyLoss, optim.AdamW, tokens),
+    def torch_tokens(r):
+        ids = r.integers(0, VOCAB, (2, SEQUENCE + 1))
+        return [ids[:, :-1].astype(np.int64), ids[:, 1:].reshape(-1).astype(np.int64)]
+
+    def hand_made(name, model, frozen, *rest):
+        return (name, model, *trainable(model, frozen), *rest)
+
+    cases = [
+        hand_made("mlp_crossentropy_adamw", mlp(rng), set(), loss.CrossEntropyLoss, optim.AdamW, classes(4)),
+        hand_made("mlp_mse_sgd", mlp(rng), set(), loss.MSELoss, optim.SGD, regression((batch, 6), (batch, 4))),
+        hand_made("mlp_bcewithlogits_adamw", mlp(rng), {"fc1.bias"}, loss.BCEWithLogitsLoss, optim.AdamW,
+                  regression((batch, 6), (batch, 4), binary=True)),
+        hand_made("mlp_l1_sgd", mlp(rng), set(), loss.L1Loss, optim.SGD, regression((batch, 6), (batch, 4))),
+        hand_made("cnn_mse_sgd", cnn(rng), {"bn.running_mean", "bn.running_var"}, loss.MSELoss, optim.SGD,
+                  regression((batch, 2, 4, 4), (batch, 3))),
+        hand_made("gpt_crossentropy_adamw", gpt(rng), set(), loss.CrossEntropyLoss, optim.AdamW, tokens),
     ]
+    # Exported by torch, no Dropout (ORT's and onnxtrain's random masks differ): the custom
+    # loss (GatherElementsGrad), average pooling (AveragePoolGrad), a LLaMA block
+    # (SimplifiedLayerNormalization(Grad), QuickGelu(Grad), ConcatTraining, SplitTraining).
+    cases += [
+        hand_made("mlp_focal_sgd", mlp(np.random.default_rng(116)), set(), focal_loss(), optim.SGD, classes(4)),
+        ("cnn_pooling_l1_adamw", *torch_model(torch_cnn, 0.0, 216, training=False), loss.L1Loss, optim.AdamW,
+         regression((batch, 2, 8, 8), (batch, 3))),
+        ("llama_crossentropy_adamw", *torch_model(torch_llama, 0.0, 316), loss.CrossEntropyLoss, optim.AdamW,
+         torch_tokens),
+    ]
+    return cases
+
+
+# The grid exports in training mode, as ORT's docs do (Dropout then has its mask output). The
+# CNN's eval model from that export does not load in ORT 1.19.2 (see export); its training
+# model, which the table is about, does.
+FAMILIES = {"mlp": torch_mlp, "cnn": torch_cnn, "gpt2": torch_gpt2, "llama": torch_llama}
+
+
+def grid():
+    """The op table's cases: (family, name, model, trainable, frozen, loss, optimizer)."""
+    from onnxruntime.training import artifacts
+
+    losses = {"mse": artifacts.LossType.MSELoss, "crossentropy": artifacts.LossType.CrossEntropyLoss,
+              "bcewithlogits": artifacts.LossType.BCEWithLogitsLoss, "l1": artifacts.LossType.L1Loss,
+              "focal": None}
+    optimizers = {"adamw": artifacts.OptimType.AdamW, "sgd": artifacts.OptimType.SGD}
+    for index, (family, make) in enumerate(FAMILIES.items()):
+        model, trainable_names, frozen = torch_model(make, 0.1, 416 + index)
+        for loss_name, loss in losses.items():
+            for optimizer_name, optimizer in optimizers.items():
+                yield (family, f"{family}_{loss_name}_{optimizer_name}", copy.deepcopy(model), trainable_names, frozen,
+                       focal_loss() if loss is None else loss, optimizer)
 
 
 def histogram(path: Path) -> collections.Counter:
@@ -246,44 +455,133 @@ def reference_run(directory: Path, make_inputs) -> dict:
             "input_names": module.input_names(), "output_names": module.output_names()}
 
 
-def write_table(out: Path, rows: dict[str, dict[str, collections.Counter]]) -> None:
+def external_data_checkpoint(directory: Path) -> None:
+    """checkpoint_external (and checkpoint_external.data): ORT's own checkpoint with external
+    data, holding the initial parameters of `directory`'s checkpoint.
+
+    ORT 1.19.2 writes a checkpoint's parameters to "<checkpoint>.data" when they total 1800
+    MiB or more, and whenever it saves a state it loaded from such a checkpoint. A fixture of
+    KBs is made the second way: the parameters are written here in ODTC with the module
+    state's has_external_data set (by the flatbuffers code generated from ORT's schema that
+    ships with ORT), ORT loads that and saves it again.
+    """
+    import flatbuffers
+    from onnxruntime.tools.ort_format_model.ort_flatbuffers_py.fbs import Checkpoint, ModuleState, Tensor
+    from onnxruntime.training import api
+
+    state = api.CheckpointState.load_checkpoint(str(directory / "checkpoint"))
+    builder = flatbuffers.Builder(1024)
+
+    def tensor(name: str, value: np.ndarray) -> int:
+        fb_name = builder.CreateString(name)
+        raw = builder.CreateNumpyVector(np.ascontiguousarray(value).view(np.uint8).ravel())
+        Tensor.TensorStartDimsVector(builder, value.ndim)
+        for d in reversed(value.shape):
+            builder.PrependInt64(d)
+        dims = builder.EndVector()
+        Tensor.TensorStart(builder)
+        Tensor.TensorAddName(builder, fb_name)
+        Tensor.TensorAddDims(builder, dims)
+        Tensor.TensorAddDataType(builder, helper.np_dtype_to_tensor_dtype(value.dtype))
+        Tensor.TensorAddRawData(builder, raw)
+        return Tensor.TensorEnd(builder)
+
+    lists = []
+    for requires_grad in (True, False):
+        tensors = [tensor(n, np.asarray(p.data)) for n, p in sorted(state.parameters) if p.requires_grad == requires_grad]
+        ModuleState.ModuleStateStartRequiresGradParamsVector(builder, len(tensors))
+        for t in reversed(tensors):
+            builder.PrependUOffsetTRelative(t)
+        lists.append(builder.EndVector())
+    ModuleState.ModuleStateStart(builder)
+    ModuleState.ModuleStateAddRequiresGradParams(builder, lists[0])
+    ModuleState.ModuleStateAddFrozenParams(builder, lists[1])
+    ModuleState.ModuleStateAddHasExternalData(builder, True)
+    module = ModuleState.ModuleStateEnd(builder)
+    Checkpoint.CheckpointStart(builder)
+    Checkpoint.CheckpointAddVersion(builder, 2)
+    Checkpoint.CheckpointAddModuleState(builder, module)
+    builder.Finish(Checkpoint.CheckpointEnd(builder), b"ODTC")
+    flagged = directory / "checkpoint_flagged"
+    flagged.write_bytes(builder.Output())
+    flagged.with_name(flagged.name + ".data").write_bytes(b"")
+    loaded = api.CheckpointState.load_checkpoint(str(flagged))
+    api.CheckpointState.save_checkpoint(loaded, str(directory / "checkpoint_external"))
+    flagged.unlink()
+    flagged.with_name(flagged.name + ".data").unlink()
+
+
+FILES = ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx")
+
+
+def write_table(out: Path, rows: dict[str, tuple[str, dict[str, collections.Counter]]]) -> None:
+    """ops.json: {case: {file: {op: count}}}; ops.md: the same as tables, one per family and
+    model file (the optimizer models in one table: they depend on the optimizer only)."""
+    (out / "ops.json").write_text(json.dumps(
+        {name: {f: dict(sorted(hist[f].items())) for f in FILES} for name, (_, hist) in rows.items()}, indent=1) + "\n")
     lines = ["# Ops in onnxruntime-training 1.19.2's artifacts", "",
-             "Written by `tools/ort_artifacts.py` (run in ORT-training's own venv). Each case is a tiny",
-             "model, a loss and an optimizer given to `onnxruntime.training.artifacts.generate_artifacts`;",
-             "the counts are the nodes of the file named.", ""]
-    ops = sorted({op for files in rows.values() for hist in files.values() for op in hist})
-    for file in ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx"):
-        present = [op for op in ops if any(files[file][op] for files in rows.values())]
-        lines += [f"## {file}", "", "| op | " + " | ".join(rows) + " |", "|---|" + "---|" * len(rows)]
-        for op in present:
-            lines.append(f"| `{op}` | " + " | ".join(str(files[file][op] or "") for files in rows.values()) + " |")
+             "Written by `tools/ort_artifacts.py` (run in ORT-training's own venv), with `ops.json`. Each",
+             "case is a model exported by torch (opset 17, training mode), a loss and an optimizer given",
+             "to `onnxruntime.training.artifacts.generate_artifacts`; the counts are the nodes of the file",
+             "named. `focal` is a custom onnxblock loss (LogSoftmax, GatherElements).", ""]
+
+    def table(title: str, names: list[str], file: str) -> None:
+        ops = sorted({op for name in names for op in rows[name][1][file]})
+        lines.extend([f"## {title}", "", "| op | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)])
+        for op in ops:
+            lines.append(f"| `{op}` | " + " | ".join(str(rows[n][1][file][op] or "") for n in names) + " |")
         lines.append("")
+
+    for family in FAMILIES:
+        names = [n for n, (f, _) in rows.items() if f == family]
+        for file in FILES[:2]:
+            table(f"{family}: {file}", names, file)
+    firsts = {}
+    for name, (_, hist) in rows.items():
+        firsts.setdefault(name.rsplit("_", 1)[1], name)
+    table("optimizer_model.onnx", list(firsts.values()), FILES[2])
     (out / "ops.md").write_text("\n".join(lines))
 
 
-def main(out: Path) -> None:
+def generate(directory: Path, model, trainable_names, frozen, loss, optimizer, nominal: bool = False) -> None:
     from onnxruntime.training import artifacts
 
+    directory.mkdir(parents=True, exist_ok=True)
+    artifacts.generate_artifacts(model, requires_grad=trainable_names, frozen_params=frozen, loss=loss,
+                                 optimizer=optimizer, artifact_directory=str(directory), nominal_checkpoint=nominal)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--cases", help="comma-separated fixture names (default: all)")
+    parser.add_argument("--table-only", action="store_true", help="write ops.json and ops.md only")
+    args = parser.parse_args()
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
+    if not args.table_only:
+        chosen = set(args.cases.split(",")) if args.cases else None
+        for name, model, trainable_names, frozen, loss, optim, make_inputs in fixtures():
+            if chosen is not None and name not in chosen:
+                continue
+            directory = out / name
+            generate(directory, model, trainable_names, frozen, loss, optim, nominal=name == "mlp_crossentropy_adamw")
+            if name == "mlp_crossentropy_adamw":
+                external_data_checkpoint(directory)
+            reference = reference_run(directory, make_inputs)
+            (directory / "reference.json").write_text(json.dumps(reference))
+            print(f"{name}: losses {reference['losses'][0]:.5f} .. {reference['losses'][-1]:.5f}")
+    import tempfile
+
     rows = {}
-    for name, model, frozen, loss, optim, make_inputs in cases():
-        directory = out / name
-        directory.mkdir(exist_ok=True)
-        requires_grad, frozen_params = trainable(model, frozen)
-        onnx.save(model, str(directory / "model.onnx"))
-        artifacts.generate_artifacts(model, requires_grad=requires_grad, frozen_params=frozen_params, loss=loss,
-                                     optimizer=optim, artifact_directory=str(directory),
-                                     nominal_checkpoint=name.startswith("mlp_crossentropy"))
-        (directory / "model.onnx").unlink()
-        rows[name] = {f: histogram(directory / f)
-                      for f in ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx")}
-        reference = reference_run(directory, make_inputs)
-        (directory / "reference.json").write_text(json.dumps(reference))
-        print(f"{name}: losses {reference['losses'][0]:.5f} .. {reference['losses'][-1]:.5f}")
+    with tempfile.TemporaryDirectory() as scratch:
+        for family, name, model, trainable_names, frozen, loss, optim in grid():
+            directory = Path(scratch) / name
+            generate(directory, model, trainable_names, frozen, loss, optim)
+            rows[name] = (family, {f: histogram(directory / f) for f in FILES})
+            print(f"{name}: {sum(rows[name][1]['training_model.onnx'].values())} training nodes")
     write_table(out, rows)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(__doc__)
-    main(Path(sys.argv[1]))
+    main()

@@ -59,9 +59,10 @@ def make_batches() -> list[tuple[np.ndarray, np.ndarray]]:
              rng.integers(0, CLASSES, BATCH).astype(np.int64)) for _ in range(STEPS)]
 
 
-def run(training: Any, optimizer_kind: str, folder: Path, scheduler_counts: tuple[int, int] | None) -> dict[str, Any]:
+def run(training: Any, optimizer_kind: Any, folder: Path, scheduler_counts: tuple[int, int] | None) -> dict[str, Any]:
     """Trains with ``training`` (``onnxruntime.training`` or ``onnxtrain.training``) and the
     library's defaults; returns the per-step losses and learning rates and the final weights.
+    ``optimizer_kind``: an ``OptimType`` member's name, or an optimizer block of the library.
     ``scheduler_counts``: (warmup_step_count, total_step_count) as passed to the library."""
     from importlib import import_module
 
@@ -70,7 +71,8 @@ def run(training: Any, optimizer_kind: str, folder: Path, scheduler_counts: tupl
     model = make_model()
     artifacts.generate_artifacts(
         model, requires_grad=[t.name for t in model.graph.initializer], loss=artifacts.LossType.CrossEntropyLoss,
-        optimizer=getattr(artifacts.OptimType, optimizer_kind), artifact_directory=str(folder))
+        optimizer=getattr(artifacts.OptimType, optimizer_kind) if isinstance(optimizer_kind, str) else optimizer_kind,
+        artifact_directory=str(folder))
     state = api.CheckpointState.load_checkpoint(str(folder / "checkpoint"))
     module = api.Module(str(folder / "training_model.onnx"), state, str(folder / "eval_model.onnx"))
     optimizer = api.Optimizer(str(folder / "optimizer_model.onnx"), module)

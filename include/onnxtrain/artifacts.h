@@ -77,11 +77,23 @@ struct LossOptions {
 
 enum class OptimizerKind { kAdamW, kSGD };
 
+// AdamW's update rule, numbered as onnxruntime-training's AdamWOptimizer numbers it (its
+// adam_mode attribute):
+//   kTorch        torch.optim.AdamW: weight decay before the update, epsilon added to the
+//                 bias-corrected sqrt(v); scalars in double, as torch computes them.
+//   kHuggingFace  Hugging Face's AdamW, which onnxruntime-training 1.19.2's generate_artifacts
+//                 writes: epsilon added to sqrt(v) before the bias correction (which scales
+//                 the learning rate), weight decay after the update; computed as ORT's CPU
+//                 kernel computes it, operation for operation (bitwise equal in float32).
+enum class AdamWMode { kTorch = 0, kHuggingFace = 1 };
+
 struct OptimizerOptions {
   OptimizerKind kind = OptimizerKind::kAdamW;
   double learning_rate = 1e-3;  // the initial one, stored in the checkpoint
-  // AdamW (torch.optim.AdamW semantics; weight decay decoupled). The defaults are
-  // onnxruntime-training 1.19.2's (eps 1e-6, no weight decay), not torch's (1e-8, 0.01).
+  // AdamW (weight decay decoupled). The defaults are onnxruntime-training 1.19.2's (its
+  // rule, eps 1e-6, no weight decay); torch.optim.AdamW's rule is adam_mode kTorch (torch's
+  // own defaults are eps 1e-8, weight decay 0.01).
+  AdamWMode adam_mode = AdamWMode::kHuggingFace;
   double beta1 = 0.9;
   double beta2 = 0.999;
   double epsilon = 1e-6;

@@ -105,12 +105,20 @@ class CheckpointState {
   bool is_nominal() const noexcept { return nominal_; }
   void set_nominal(bool nominal) noexcept { nominal_ = nominal; }
 
+  // onnxruntime-training's format only: true when loaded from an ODTC checkpoint whose
+  // tensors lie in its external data file ("<checkpoint>.data", as ORT writes checkpoints
+  // of 1800 MiB or more). Saving such a state in ORT's format writes the tensors there too,
+  // as ORT does; set it to write a smaller state so.
+  bool has_external_data() const noexcept { return external_data_; }
+  void set_external_data(bool external) noexcept { external_data_ = external; }
+
  private:
   std::vector<Parameter> parameters_;
   std::unordered_map<std::string, size_t> index_;
   std::optional<OptimizerState> optimizer_;
   Properties properties_;
   bool nominal_ = false;
+  bool external_data_ = false;
 };
 
 // The file formats a checkpoint can be saved in: onnxtrain's safetensors file, or the ODTC

@@ -38,7 +38,10 @@ class Module {
  public:
   // `state` must outlive the Module. Throws an Error naming the file when a model cannot be
   // read, and naming the parameter when the state lacks one the model takes as input or
-  // holds one of another shape or element type.
+  // holds one of another shape or element type. A nominal state (a nominal checkpoint: no
+  // values; onnxruntime-training's has no shapes either) gets its parameters shaped as the
+  // training model's inputs, zeros; the values come in by copy_buffer_to_parameters, and
+  // until then the steps, contiguous_parameters and export_model_for_inferencing throw.
   Module(const std::filesystem::path& train_model_path, CheckpointState& state,
          const std::filesystem::path& eval_model_path = {}, SessionOptions options = {});
   Module(Module&&) noexcept;
@@ -70,7 +73,9 @@ class Module {
   // The parameters, in the model's order, flattened into one float32 buffer. Throws when
   // a parameter is not float32.
   Tensor contiguous_parameters(bool trainable_only) const;
-  // Writes a buffer laid out as contiguous_parameters(trainable_only) back.
+  // Writes a buffer laid out as contiguous_parameters(trainable_only) back. On a nominal
+  // state it must hold every parameter (trainable_only false, unless none is frozen); the
+  // state is then no longer nominal.
   void copy_buffer_to_parameters(const Tensor& buffer, bool trainable_only);
 
   // Writes a plain inference model computing `graph_output_names` (outputs of the eval

@@ -84,6 +84,9 @@ ArtifactOptions artifact_options(const nb::dict& o) {
   read(o, "epsilon", optimizer.epsilon);
   read(o, "weight_decay", optimizer.weight_decay);
   read(o, "bias_correction", optimizer.bias_correction);
+  optimizer.adam_mode =
+      read_choice<AdamWMode>(o, "adam_mode", {{"torch", AdamWMode::kTorch}, {"huggingface", AdamWMode::kHuggingFace}},
+                             AdamWMode::kHuggingFace);
   read(o, "momentum", optimizer.momentum);
   read(o, "dampening", optimizer.dampening);
   read(o, "nesterov", optimizer.nesterov);

@@ -165,7 +165,8 @@ void bind_checkpoint(nb::module_& m) {
            "(step, learning_rate, {parameter: {moment: array}}), or None")
       .def("set_optimizer_state", &set_optimizer_state, "step"_a, "learning_rate"_a, "moments"_a)
       .def("clear_optimizer_state", &CheckpointState::clear_optimizer_state)
-      .def_prop_ro("is_nominal", &CheckpointState::is_nominal);
+      .def_prop_ro("is_nominal", &CheckpointState::is_nominal)
+      .def_prop_rw("has_external_data", &CheckpointState::has_external_data, &CheckpointState::set_external_data);
 
   m.def(
       "load_checkpoint",

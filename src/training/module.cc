@@ -90,6 +90,34 @@ void check_parameter_type(const ValueMetadata& input, const Parameter& parameter
   }
 }
 
+// A nominal checkpoint holds no values; onnxruntime-training's holds no shapes either (its
+// parameters load as scalars). Each parameter the model reads takes the shape the model
+// gives it, as zeros, until copy_buffer_to_parameters brings the values in.
+void shape_nominal_parameters(const runtime::Executor& executor, CheckpointState& state, const std::string& file) {
+  for (const ValueMetadata& input : executor.inputs()) {
+    Parameter* p = state.find_parameter(input.name);
+    if (p == nullptr) continue;
+    const bool fixed =
+        input.has_shape && std::all_of(input.shape.begin(), input.shape.end(), [](int64_t d) { return d >= 0; });
+    if (!fixed) {
+      throw Error("parameter '" + p->name + "' of the nominal checkpoint has no values, and " + file +
+                      " gives it no fixed shape " + shape_string(input.shape) + " to take",
+                  ErrorKind::kInvalidArgument);
+    }
+    const Shape shape(input.shape.begin(), input.shape.end());
+    if (p->data.shape() != shape) p->data = Tensor::zeros(p->data.dtype(), shape);
+  }
+}
+
+void refuse_nominal(const CheckpointState& state, const std::string& what) {
+  if (state.is_nominal()) {
+    throw Error(what +
+                    ": the checkpoint is nominal, its parameters hold no values yet; load them with "
+                    "copy_buffer_to_parameters(buffer, trainable_only=False) first",
+                ErrorKind::kInvalidArgument);
+  }
+}
+
 std::vector<const Parameter*> selected_parameters(const CheckpointState& state, bool trainable_only) {
   std::vector<const Parameter*> selected;
   for (const Parameter& p : state.parameters()) {
@@ -116,11 +144,12 @@ struct Module::Model {
   runtime::Executor::Binding binding;     // of feeds and output_names
   Tensor reset_flags[2] = {Tensor::scalar<bool>(false), Tensor::scalar<bool>(true)};
 
-  Model(const std::filesystem::path& path, const CheckpointState& state, const SessionOptions& options)
+  Model(const std::filesystem::path& path, CheckpointState& state, const SessionOptions& options)
       : file(path.filename().string()),
         executor(
             std::make_unique<runtime::Executor>(training::adopt_ort_training_model(ir::load_model(path)), options)),
         roles(sort_roles(*executor, state, file)) {
+    if (state.is_nominal()) shape_nominal_parameters(*executor, state, file);
     for (const ValueMetadata& input : executor->inputs()) {
       if (const Parameter* p = state.find_parameter(input.name)) check_parameter_type(input, *p, file);
     }
@@ -199,6 +228,7 @@ Module& Module::operator=(Module&&) noexcept = default;
 Module::~Module() = default;
 
 std::vector<Tensor> Module::run(Model& model, const std::vector<Tensor>& inputs, bool training) {
+  refuse_nominal(*state_, training ? "train_step" : "eval_step");
   const ModelRoles& roles = model.roles;
   if (inputs.size() != roles.user_inputs.size()) {
     throw Error(model.file + " takes " + std::to_string(roles.user_inputs.size()) + " inputs (" +
@@ -257,6 +287,7 @@ int64_t Module::parameters_size(bool trainable_only) const {
 }
 
 Tensor Module::contiguous_parameters(bool trainable_only) const {
+  refuse_nominal(*state_, "get_contiguous_parameters");
   const auto selected = selected_parameters(*state_, trainable_only);
   const DType dtype = selected.empty() ? DType::kFloat32 : selected.front()->data.dtype();
   for (const Parameter* p : selected) {
@@ -277,6 +308,15 @@ Tensor Module::contiguous_parameters(bool trainable_only) const {
 }
 
 void Module::copy_buffer_to_parameters(const Tensor& buffer, bool trainable_only) {
+  if (state_->is_nominal() && trainable_only &&
+      std::any_of(state_->parameters().begin(), state_->parameters().end(),
+                  [](const Parameter& p) { return !p.requires_grad; })) {
+    throw Error(
+        "copy_buffer_to_parameters: the checkpoint is nominal, so every parameter needs its values, the "
+        "frozen ones too: pass trainable_only=False (and a buffer of get_parameters_size(trainable_only=False) "
+        "elements)",
+        ErrorKind::kInvalidArgument);
+  }
   const auto selected = selected_parameters(*state_, trainable_only);
   const int64_t expected = parameters_size(trainable_only);
   if (buffer.numel() != expected) {
@@ -298,10 +338,12 @@ void Module::copy_buffer_to_parameters(const Tensor& buffer, bool trainable_only
     std::memcpy(target.raw_data(), in, p->data.nbytes());
     in += p->data.nbytes();
   }
+  state_->set_nominal(false);  // every parameter holds values now
 }
 
 void Module::export_model_for_inferencing(const std::filesystem::path& path,
                                           const std::vector<std::string>& graph_output_names) const {
+  refuse_nominal(*state_, "export_model_for_inferencing");
   const std::filesystem::path& source = eval_ ? eval_model_path_ : train_model_path_;
   ir::Model model = ir::load_model(source);
   training::prune_for_inference(model, graph_output_names, *state_, source.filename().string());

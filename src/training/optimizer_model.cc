@@ -32,6 +32,8 @@ void check_options(const OptimizerOptions& o) {
     require(o.beta2 >= 0 && o.beta2 < 1, "AdamW's beta2 must be in [0, 1)");
     require(o.epsilon >= 0, "AdamW's epsilon must be >= 0");
     require(o.weight_decay >= 0, "AdamW's weight_decay must be >= 0");
+    require(o.adam_mode == AdamWMode::kTorch || o.adam_mode == AdamWMode::kHuggingFace,
+            "AdamW's adam_mode must be torch (0) or huggingface (1)");
     return;
   }
   require(o.momentum >= 0, "SGD's momentum must be >= 0");
@@ -133,9 +135,12 @@ ir::Model build_optimizer_model(std::span<const ir::ValueInfo> parameters, const
   std::vector<ir::Attribute> attributes;
   if (options.kind == OptimizerKind::kAdamW) {
     op_type = "AdamWStep";
-    attributes = {hyperparameter("beta1", options.beta1), hyperparameter("beta2", options.beta2),
-                  hyperparameter("epsilon", options.epsilon), hyperparameter("weight_decay", options.weight_decay),
-                  ir::attr("bias_correction", options.bias_correction ? 1 : 0)};
+    attributes = {hyperparameter("beta1", options.beta1),
+                  hyperparameter("beta2", options.beta2),
+                  hyperparameter("epsilon", options.epsilon),
+                  hyperparameter("weight_decay", options.weight_decay),
+                  ir::attr("bias_correction", options.bias_correction ? 1 : 0),
+                  ir::attr("adam_mode", static_cast<int64_t>(options.adam_mode))};
   } else if (moments.empty()) {
     op_type = "SGDStep";
     attributes = {hyperparameter("weight_decay", options.sgd_weight_decay)};

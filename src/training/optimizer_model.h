@@ -1,5 +1,5 @@
 // optimizer_model.onnx: one org.onnxtrain optimizer-step node per trainable parameter (see
-// include/onnxtrain/artifacts.h for its interface and src/training/functions.h for the
+// include/onnxtrain/artifacts.h for its interface and src/training/functions.cc for the
 // steps).
 #pragma once
 

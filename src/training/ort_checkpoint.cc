@@ -1,9 +1,12 @@
 #include "training/ort_checkpoint.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 
 #include "core/file.h"
 #include "training/flatbuffer.h"
@@ -43,9 +46,49 @@ std::string moment_to_ort(const std::string& name) {
 
 // ---- reading -------------------------------------------------------------------------
 
+// The external data file, read a tensor at a time (it may be larger than memory allows
+// twice over): opened when the first tensor needs it.
+class ExternalDataFile {
+ public:
+  explicit ExternalDataFile(fs::path path) : path_(std::move(path)) {}
+
+  const fs::path& path() const { return path_; }
+
+  // Reads `bytes` bytes at `offset` into `out`; `fail` reports what is wrong.
+  template <typename Fail>
+  void read(uint64_t offset, uint64_t bytes, void* out, const std::string& what, Fail&& fail) {
+    if (!in_.is_open()) {
+      std::error_code error;
+      size_ = fs::file_size(path_, error);
+      if (error) {
+        fail("its tensors lie in the external data file '" + path_.string() +
+             "', which cannot be read: " + error.message());
+      }
+      in_.open(path_, std::ios::binary);
+      if (!in_) fail("cannot open its external data file '" + path_.string() + "': " + std::strerror(errno));
+    }
+    if (offset > size_ || bytes > size_ - offset) {
+      fail(what + " lies at bytes [" + std::to_string(offset) + ", " + std::to_string(offset + bytes) + ") of '" +
+           path_.string() + "', which holds " + std::to_string(size_) + " bytes");
+    }
+    in_.seekg(static_cast<std::streamoff>(offset));
+    in_.read(static_cast<char*>(out), static_cast<std::streamsize>(bytes));
+    if (!in_) fail("cannot read " + what + " from '" + path_.string() + "'");
+  }
+
+ private:
+  fs::path path_;
+  std::ifstream in_;
+  uint64_t size_ = 0;
+};
+
 class OrtCheckpointReader {
  public:
-  OrtCheckpointReader(std::span<const std::byte> bytes, const std::string& what) : in_(bytes, what) {}
+  // `external`: the checkpoint's external data file, absent when read from bytes.
+  OrtCheckpointReader(std::span<const std::byte> bytes, const std::string& what, std::optional<fs::path> external)
+      : in_(bytes, what) {
+    if (external) external_.emplace(std::move(*external));
+  }
 
   CheckpointState read() {
     const Table root = in_.root(kIdentifier);
@@ -65,9 +108,13 @@ class OrtCheckpointReader {
 
  private:
   void read_module(Table module, CheckpointState& state) {
-    if (in_.scalar<uint8_t>(module, field::kExternalData, 0) != 0) {
-      in_.fail("the parameters are in an external data file, which onnxtrain does not read yet");
+    has_external_data_ = in_.scalar<uint8_t>(module, field::kExternalData, 0) != 0;
+    if (has_external_data_ && !external_) {
+      in_.fail(
+          "its tensors lie in an external data file, which is found beside the checkpoint's path: load it "
+          "from its file, not from bytes");
     }
+    state.set_external_data(has_external_data_);
     nominal_ = in_.scalar<uint8_t>(module, field::kNominal, 0) != 0;
     state.set_nominal(nominal_);
     for (const auto& [list, requires_grad] :
@@ -156,10 +203,21 @@ class OrtCheckpointReader {
       }
       shape.push_back(d);
     }
-    if (in_.scalar<int64_t>(t, field::kExternalDataOffset, -1) != -1) {
-      in_.fail(what + " lies in an external data file, which onnxtrain does not read yet");
-    }
+    const auto offset = in_.scalar<int64_t>(t, field::kExternalDataOffset, -1);
     const Vector raw = in_.vector(t, field::kRawData, 1, "the raw data");
+    if (offset != -1) {
+      if (!has_external_data_) {
+        in_.fail(what + " has an external data offset, but the module state says the checkpoint has no external data");
+      }
+      if (offset < 0) in_.fail(what + " has a negative external data offset " + std::to_string(offset));
+      if (raw.size != 0 || nominal) in_.fail(what + " has both raw data and an external data offset");
+      Tensor tensor = Tensor::empty(dtype, std::move(shape));
+      if (bytes != 0) {
+        external_->read(static_cast<uint64_t>(offset), bytes, tensor.raw_data(), what,
+                        [&](const std::string& message) { in_.fail(message); });
+      }
+      return {std::move(name), std::move(tensor)};
+    }
     if (nominal) {
       if (raw.size != 0) in_.fail(what + " holds data in a nominal checkpoint");
       // ORT writes no dims here; dims that a file could not have held are refused before
@@ -177,14 +235,72 @@ class OrtCheckpointReader {
   }
 
   flatbuffer::Reader in_;
+  std::optional<ExternalDataFile> external_;
+  bool has_external_data_ = false;
   bool nominal_ = false;
 };
 
 // ---- writing -------------------------------------------------------------------------
 
+// What the checkpoint's tensors hold, in bytes: the parameters, and the moments when saved.
+uint64_t tensor_bytes(const CheckpointState& state, bool include_optimizer_state) {
+  uint64_t total = 0;
+  for (const Parameter& p : state.parameters()) total += p.data.defined() ? p.data.nbytes() : 0;
+  if (include_optimizer_state && state.has_optimizer_state()) {
+    for (const auto& [name, moments] : state.optimizer_state().moments) {
+      for (const auto& [moment, tensor] : moments) total += tensor.nbytes();
+    }
+  }
+  return total;
+}
+
+// The external data file being written (under a temporary name until commit()): each
+// tensor's bytes at a multiple of 8 (int64, double) or 4 (the others), as ORT aligns them.
+class ExternalDataSink {
+ public:
+  explicit ExternalDataSink(const fs::path& path) : file_(path), out_(file_.temporary_path(), std::ios::binary) {
+    if (!out_) fail();
+  }
+
+  // Appends the tensor's bytes; returns their offset.
+  int64_t append(const Tensor& tensor) {
+    const uint64_t alignment = tensor.dtype() == DType::kInt64 || tensor.dtype() == DType::kFloat64 ? 8 : 4;
+    static constexpr char kZeros[8] = {};
+    if (const uint64_t gap = position_ % alignment; gap != 0) {
+      out_.write(kZeros, static_cast<std::streamsize>(alignment - gap));
+      position_ += alignment - gap;
+    }
+    const uint64_t offset = position_;
+    out_.write(static_cast<const char*>(tensor.raw_data()), static_cast<std::streamsize>(tensor.nbytes()));
+    position_ += tensor.nbytes();
+    if (!out_) fail();
+    return static_cast<int64_t>(offset);
+  }
+
+  void commit() {
+    out_.close();
+    if (!out_) fail();
+    file_.commit();
+  }
+
+ private:
+  [[noreturn]] void fail() const {
+    throw Error("cannot write '" + file_.path().string() + "': " + std::strerror(errno), ErrorKind::kIO);
+  }
+
+  AtomicFile file_;
+  std::ofstream out_;
+  uint64_t position_ = 0;
+};
+
 class OrtCheckpointWriter {
  public:
+  // `external`: where the tensors' bytes go; null: inline.
+  explicit OrtCheckpointWriter(ExternalDataSink* external) : external_(external) {}
+
   std::vector<std::byte> write(const CheckpointState& state, bool include_optimizer_state) {
+    external_moments_ = external_ != nullptr && include_optimizer_state &&
+                        tensor_bytes(state, true) - tensor_bytes(state, false) >= kOrtExternalDataThreshold;
     flatbuffer::Writer::TableFields fields;
     fields.scalar<int32_t>(field::kVersion, kOrtCheckpointVersion);
     fields.offset(field::kModuleState);
@@ -216,15 +332,20 @@ class OrtCheckpointWriter {
     fields.offset(field::kRequiresGrad);
     fields.offset(field::kFrozen);
     if (state.is_nominal()) fields.scalar<uint8_t>(field::kNominal, 1);
+    if (external_ != nullptr) fields.scalar<uint8_t>(field::kExternalData, 1);
     const auto module = out_.table(fields);
     for (const auto& [list, requires_grad] :
          {std::pair{field::kRequiresGrad, true}, std::pair{field::kFrozen, false}}) {
       std::vector<std::pair<std::string, const Tensor*>> tensors;
       for (const Parameter* p : sorted(state, requires_grad)) tensors.emplace_back(p->name, &p->data);
-      out_.set_offset(module.slot[list], write_tensors(tensors, state.is_nominal()));
+      out_.set_offset(module.slot[list], write_tensors(tensors, state.is_nominal(), true));
     }
     return module.position;
   }
+
+  // ORT puts the parameters in the external data file and keeps the momentums inline;
+  // onnxtrain moves them out too when they alone would be more than ORT keeps inline.
+  bool external_moments_ = false;
 
   uint32_t write_groups(const CheckpointState& state, bool with_optimizer) {
     uint32_t vector = 0;
@@ -268,20 +389,22 @@ class OrtCheckpointWriter {
         tensors.emplace_back("momentum0", &unused);
       }
       std::sort(tensors.begin(), tensors.end());
-      out_.set_offset(entry.slot[field::kMomentums], write_tensors(tensors, false));
+      out_.set_offset(entry.slot[field::kMomentums], write_tensors(tensors, false, external_moments_));
     }
     return vector;
   }
 
-  uint32_t write_tensors(const std::vector<std::pair<std::string, const Tensor*>>& tensors, bool nominal) {
+  // `may_go_out`: the tensors go to the external data file when there is one.
+  uint32_t write_tensors(const std::vector<std::pair<std::string, const Tensor*>>& tensors, bool nominal,
+                         bool may_go_out) {
     uint32_t vector = 0;
     const auto slots = out_.offsets(tensors.size(), vector);
     for (size_t i = 0; i < tensors.size(); ++i)
-      out_.set_offset(slots[i], write_tensor(tensors[i].first, *tensors[i].second, nominal));
+      out_.set_offset(slots[i], write_tensor(tensors[i].first, *tensors[i].second, nominal, may_go_out));
     return vector;
   }
 
-  uint32_t write_tensor(const std::string& name, const Tensor& tensor, bool nominal) {
+  uint32_t write_tensor(const std::string& name, const Tensor& tensor, bool nominal, bool may_go_out) {
     if (!tensor.defined()) {
       throw Error("cannot save an ORT checkpoint: tensor '" + name + "' holds no data", ErrorKind::kInvalidArgument);
     }
@@ -289,12 +412,15 @@ class OrtCheckpointWriter {
     fields.offset(field::kTensorName);
     fields.offset(field::kDims);
     fields.scalar<int32_t>(field::kDataType, static_cast<int32_t>(tensor.dtype()));
-    if (!nominal) fields.offset(field::kRawData);
+    const bool out = !nominal && may_go_out && external_ != nullptr;
+    const bool inline_data = !nominal && !out;
+    if (inline_data) fields.offset(field::kRawData);
+    if (out) fields.scalar<int64_t>(field::kExternalDataOffset, external_->append(tensor));
     const auto table = out_.table(fields);
     out_.set_offset(table.slot[field::kTensorName], out_.string(name));
     const Shape& shape = tensor.shape();
     out_.set_offset(table.slot[field::kDims], out_.scalars(shape.data(), shape.size(), sizeof(int64_t)));
-    if (!nominal) {
+    if (inline_data) {
       out_.set_offset(table.slot[field::kRawData], out_.scalars(tensor.raw_data(), tensor.nbytes(), 1));
     }
     return table.position;
@@ -338,27 +464,44 @@ class OrtCheckpointWriter {
   }
 
   flatbuffer::Writer out_{kIdentifier};
+  ExternalDataSink* external_;
 };
 
 }  // namespace
+
+fs::path ort_external_data_path(const fs::path& checkpoint) {
+  fs::path data = checkpoint;
+  data += ".data";
+  return data;
+}
 
 bool is_ort_checkpoint(std::span<const std::byte> head) {
   return flatbuffer::Reader::has_identifier(head, kIdentifier);
 }
 
 CheckpointState read_ort_checkpoint(std::span<const std::byte> bytes, const std::string& what) {
-  return OrtCheckpointReader(bytes, what).read();
+  return OrtCheckpointReader(bytes, what, std::nullopt).read();
 }
 
 CheckpointState read_ort_checkpoint(const fs::path& path) {
   const std::string bytes = read_file(path);
-  return read_ort_checkpoint(std::as_bytes(std::span(bytes.data(), bytes.size())),
-                             "ORT checkpoint '" + path.string() + "'");
+  return OrtCheckpointReader(std::as_bytes(std::span(bytes.data(), bytes.size())),
+                             "ORT checkpoint '" + path.string() + "'", ort_external_data_path(path))
+      .read();
 }
 
 void write_ort_checkpoint(const CheckpointState& state, const fs::path& path, bool include_optimizer_state) {
-  const std::vector<std::byte> bytes = OrtCheckpointWriter().write(state, include_optimizer_state);
-  write_file_atomically(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  const auto write = [&](ExternalDataSink* external) {
+    const std::vector<std::byte> bytes = OrtCheckpointWriter(external).write(state, include_optimizer_state);
+    if (external != nullptr) external->commit();  // the data first: the checkpoint points into it
+    write_file_atomically(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  };
+  const bool external =
+      !state.is_nominal() &&
+      (state.has_external_data() || tensor_bytes(state, include_optimizer_state) >= kOrtExternalDataThreshold);
+  if (!external) return write(nullptr);
+  ExternalDataSink data(ort_external_data_path(path));
+  write(&data);
 }
 
 }  // namespace onnxtrain::training

@@ -23,7 +23,16 @@
 // "momentum_buffer" become "momentum0", "momentum1" and "momentum0", and a parameter with
 // no moment gets a zero "momentum0", which ORT's optimizers expect. Property floats are
 // float32 in the file. ORT's nominal checkpoint states names and element types but no
-// dims: its parameters load as zero scalars of that type.
+// dims: its parameters load as zero scalars of that type, which a Module reshapes to the
+// training model's inputs (values come in by copy_buffer_to_parameters).
+//
+// External data (has_external_data): each tensor's bytes lie in "<checkpoint>.data" at the
+// tensor's external_data_offset, with no raw_data. ORT 1.19.2 writes so when the tensors
+// total 1800 MiB or more (its limit for one flatbuffer is 2 GB), and whenever it saves a
+// state it loaded from such a file; each tensor then starts at a multiple of 8 bytes
+// (int64 and double) or 4 (the others), zeros padding the gaps. onnxtrain reads any offsets
+// that lie inside the data file and writes as ORT does, under the same two conditions
+// (CheckpointState::has_external_data).
 #pragma once
 
 #include <onnxtrain/checkpoint.h>
@@ -40,12 +49,21 @@ inline constexpr int32_t kOrtCheckpointVersion = 2;
 // True when `head` (the first bytes of a file) carries the ODTC identifier.
 bool is_ort_checkpoint(std::span<const std::byte> head);
 
-// Reads an ODTC checkpoint. Every position, count and size is checked against the file:
-// a truncated or corrupt file throws an Error naming the file and what is wrong.
+// The size from which ORT 1.19.2 puts a checkpoint's tensors in an external data file.
+inline constexpr uint64_t kOrtExternalDataThreshold = uint64_t{1800} << 20;
+
+// "<checkpoint>.data": where an ODTC checkpoint's external data lies.
+std::filesystem::path ort_external_data_path(const std::filesystem::path& checkpoint);
+
+// Reads an ODTC checkpoint. Every position, count and size is checked against the file
+// (and its external data file): a truncated or corrupt file throws an Error naming the file
+// and what is wrong. From bytes, a checkpoint with external data is refused (there is no
+// path to find the data beside), as ORT refuses it.
 CheckpointState read_ort_checkpoint(const std::filesystem::path& path);
 CheckpointState read_ort_checkpoint(std::span<const std::byte> bytes, const std::string& what);
 
-// Writes the state as onnxruntime-training 1.19.2 writes it, atomically.
+// Writes the state as onnxruntime-training 1.19.2 writes it, atomically (the external data
+// file, when there is one, first).
 void write_ort_checkpoint(const CheckpointState& state, const std::filesystem::path& path,
                           bool include_optimizer_state);
 

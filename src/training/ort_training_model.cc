@@ -7,6 +7,7 @@
 
 #include "core/dispatch.h"
 #include "ir/functions.h"
+#include "ops/cpu/adamw.h"
 #include "training/model_interface.h"
 
 namespace onnxtrain::training {
@@ -72,6 +73,32 @@ void adopt_gather_grad(ir::Node& node) {
   node.opset = 0;
 }
 
+// Gives `node` (a window op over `spatial` axes) its strides, dilations and pads where ORT
+// leaves them to their defaults (ones, ones, zeros): org.onnxtrain's kernels take them written out.
+void write_out_window(ir::Node& node, size_t spatial) {
+  for (const char* name : {"strides", "dilations"}) {
+    if (node.attribute(name) == nullptr) node.attributes.push_back(ir::attr(name, std::vector<int64_t>(spatial, 1)));
+  }
+  if (node.attribute("pads") == nullptr)
+    node.attributes.push_back(ir::attr("pads", std::vector<int64_t>(2 * spatial, 0)));
+}
+
+// Makes ORT's pooling gradient `index` the org.onnxtrain op of the same name, whose last input
+// is the shape of the pooled input `pooled` (a Shape node appended to the graph).
+void take_pooled_shape(ir::Model& model, size_t index, const std::string& pooled) {
+  ir::Node& node = model.graph.nodes[index];
+  const std::string shape = node.outputs[0] + "/input_shape";
+  node.domain = "org.onnxtrain";
+  node.inputs.push_back(shape);
+  node.opset = 0;
+  ir::Node shape_node;
+  shape_node.name = shape;
+  shape_node.op_type = "Shape";
+  shape_node.inputs = {pooled};
+  shape_node.outputs = {shape};
+  model.graph.nodes.push_back(std::move(shape_node));  // invalidates `node`
+}
+
 // ORT's MaxPoolGrad (dY, Indices) takes dX's shape from its static shape inference;
 // org.onnxtrain::MaxPoolGrad (dY, indices, shape) takes it as an input: the shape of the
 // input of the MaxPool whose Indices it reads.
@@ -89,17 +116,49 @@ void adopt_max_pool_grad(ir::Model& model, size_t index) {
   if (pooled.empty()) {
     throw Error(where + ": no MaxPool produces its Indices '" + node.inputs[1] + "'", ErrorKind::kInvalidModel);
   }
-  const std::string shape = node.outputs[0] + "/input_shape";
-  node.domain = "org.onnxtrain";
-  node.inputs.push_back(shape);
   node.attributes.clear();
-  node.opset = 0;
-  ir::Node shape_node;
-  shape_node.name = shape;
-  shape_node.op_type = "Shape";
-  shape_node.inputs = {pooled};
-  shape_node.outputs = {shape};
-  model.graph.nodes.push_back(std::move(shape_node));
+  take_pooled_shape(model, index, pooled);
+}
+
+// ORT's AveragePoolGrad (dY) also takes dX's shape from static shape inference;
+// org.onnxtrain::AveragePoolGrad (dY, shape) takes it as an input: the shape of the input of
+// the AveragePool whose gradient this is (ORT's gradient builder names them "<output>_grad"
+// and "<input>_grad"). ORT's node carries AveragePool's attributes; org.onnxtrain's takes
+// explicit pads, strides and dilations (and works out ceil rounding from dY's shape).
+void adopt_average_pool_grad(ir::Model& model, size_t index) {
+  ir::Node& node = model.graph.nodes[index];
+  if (node.inputs.size() != 1 || node.outputs.size() != 1) {
+    throw Error(node.describe() + ": expected 1 input (dY) and 1 output (dX), got " +
+                    std::to_string(node.inputs.size()) + " and " + std::to_string(node.outputs.size()),
+                ErrorKind::kInvalidModel);
+  }
+  const ir::Attribute* kernel = node.attribute("kernel_shape");
+  if (kernel == nullptr || kernel->ints.empty()) {
+    throw Error(node.describe() + ": it has no kernel_shape", ErrorKind::kInvalidModel);
+  }
+  const size_t spatial = kernel->ints.size();
+  std::string auto_pad = "NOTSET";
+  if (const ir::Attribute* a = node.attribute("auto_pad")) auto_pad = a->s;
+  if (auto_pad != "NOTSET" && auto_pad != "VALID") {
+    throw Error(node.describe() + ": auto_pad " + auto_pad +
+                    " is not supported; onnxtrain takes explicit pads (NOTSET) or VALID",
+                ErrorKind::kInvalidModel);
+  }
+  std::erase_if(node.attributes, [&](const ir::Attribute& a) {
+    return a.name == "auto_pad" || a.name == "ceil_mode" || (a.name == "pads" && auto_pad == "VALID");
+  });
+  write_out_window(node, spatial);
+  std::string pooled;
+  for (const ir::Node& n : model.graph.nodes) {
+    if (n.op_type != "AveragePool" || n.inputs.empty() || n.outputs.empty()) continue;
+    if (n.outputs[0] + "_grad" == node.inputs[0] || n.inputs[0] + "_grad" == node.outputs[0]) pooled = n.inputs[0];
+  }
+  if (pooled.empty()) {
+    throw Error(node.describe() + ": no AveragePool has the gradient '" + node.inputs[0] + "' of its output or '" +
+                    node.outputs[0] + "' of its input, so dX's shape is unknown",
+                ErrorKind::kInvalidModel);
+  }
+  take_pooled_shape(model, index, pooled);
 }
 
 // ORT's ConvGrad takes Conv's attributes as Conv does, strides and dilations defaulting to
@@ -116,11 +175,7 @@ void complete_conv_grad(const ir::Model& model, ir::Node& node) {
     throw Error(node.describe() + ": cannot tell the number of spatial axes (no pads, kernel_shape or weight shape)",
                 ErrorKind::kInvalidModel);
   }
-  for (const char* name : {"strides", "dilations"}) {
-    if (node.attribute(name) == nullptr) node.attributes.push_back(ir::attr(name, std::vector<int64_t>(spatial, 1)));
-  }
-  if (node.attribute("pads") == nullptr)
-    node.attributes.push_back(ir::attr("pads", std::vector<int64_t>(2 * spatial, 0)));
+  write_out_window(node, spatial);
 }
 
 // ORT's BatchNormInternal updates the running mean and variance in place (its kernel aliases
@@ -158,28 +213,22 @@ int64_t int_attribute(const ir::Node& node, const char* name, int64_t fallback) 
   return a != nullptr && a->type == ir::AttributeType::kInt ? a->i : fallback;
 }
 
-// ORT's AdamWOptimizer kernel, in float, in its order of operations.
+// ORT's AdamWOptimizer kernel in adam_mode 0, in float, in its order of operations (mode 1
+// is org.onnxtrain::AdamWStep's adam_mode 1: adamw_huggingface_update).
 template <typename T>
-void adamw_update(const OrtOptimizerRule& r, float lr, int64_t step, T* w, const T* g, T* m, T* v, int64_t n) {
-  float alpha_correction = 1.f, beta_correction = 1.f, lr_corrected = lr;
+void adamw_torch_update(const OrtOptimizerRule& r, float lr, int64_t step, T* w, const T* g, T* m, T* v, int64_t n) {
+  float alpha_correction = 1.f, beta_correction = 1.f;
   if (r.correct_bias == 1) {
     alpha_correction = 1.f - static_cast<float>(std::pow(r.alpha, step));
     beta_correction = 1.f - static_cast<float>(std::pow(r.beta, step));
-    lr_corrected *= std::sqrt(beta_correction) / alpha_correction;
   }
   const T alpha = r.alpha, beta = r.beta, eps = r.epsilon, wd = r.weight_decay;
   for (int64_t i = 0; i < n; ++i) {
-    if (r.adam_mode == 0) w[i] = w[i] - w[i] * T(lr) * wd;
+    w[i] = w[i] - w[i] * T(lr) * wd;
     m[i] = alpha * m[i] + (T(1) - alpha) * g[i];
     v[i] = beta * v[i] + (T(1) - beta) * g[i] * g[i];
-    if (r.adam_mode == 0) {
-      const T denom = std::sqrt(v[i] / T(beta_correction)) + eps;
-      w[i] = w[i] - (T(lr) * m[i]) / (T(alpha_correction) * denom);
-    } else {
-      const T denom = std::sqrt(v[i]) + eps;
-      w[i] = w[i] - T(lr_corrected) * m[i] / denom;
-      w[i] = w[i] - T(lr) * wd * w[i];
-    }
+    const T denom = std::sqrt(v[i] / T(beta_correction)) + eps;
+    w[i] = w[i] - (T(lr) * m[i]) / (T(alpha_correction) * denom);
   }
 }
 
@@ -194,7 +243,7 @@ bool is_ort_training_model(const ir::Model& model) {
 
 ir::Model adopt_ort_training_model(ir::Model model) {
   if (!is_ort_training_model(model)) return model;
-  const size_t count = model.graph.nodes.size();  // adopt_max_pool_grad appends Shape nodes
+  const size_t count = model.graph.nodes.size();  // the pool gradients append Shape nodes
   for (size_t i = 0; i < count; ++i) {
     ir::Node& node = model.graph.nodes[i];
     if (is_ort_node(node, "InPlaceAccumulatorV2"))
@@ -203,6 +252,8 @@ ir::Model adopt_ort_training_model(ir::Model model) {
       adopt_gather_grad(node);
     else if (node.domain.empty() && node.op_type == "MaxPoolGrad")
       adopt_max_pool_grad(model, i);
+    else if (node.domain.empty() && node.op_type == "AveragePoolGrad")
+      adopt_average_pool_grad(model, i);
     else if (is_ort_node(node, "ConvGrad"))
       complete_conv_grad(model, node);
     else if (is_ort_node(node, "BatchNormInternal"))
@@ -262,8 +313,15 @@ void ort_optimizer_step(const OrtOptimizerRule& rule, float learning_rate, int64
       for (int64_t i = 0; i < w.numel(); ++i) p[i] = p[i] - T(learning_rate) * d[i];
       return;
     }
-    adamw_update<T>(rule, learning_rate, step, w.data<T>(), g.data<T>(), moments[0]->data<T>(), moments[1]->data<T>(),
-                    w.numel());
+    if (rule.adam_mode == 0) {
+      adamw_torch_update<T>(rule, learning_rate, step, w.data<T>(), g.data<T>(), moments[0]->data<T>(),
+                            moments[1]->data<T>(), w.numel());
+      return;
+    }
+    const AdamWHyperparameters h{rule.alpha, rule.beta, rule.epsilon, rule.weight_decay, rule.correct_bias == 1};
+    adamw_huggingface_update(h, DType::kFloat32, learning_rate, step, w.dtype(), w.raw_data(), g.raw_data(),
+                             moments[0]->raw_data(), moments[1]->raw_data(), w.raw_data(), moments[0]->raw_data(),
+                             moments[1]->raw_data(), w.numel());
   });
 }
 

@@ -8,9 +8,10 @@
 // graphs are functional, so each such node becomes org.onnxtrain::AccumulateGradient
 // (grad, buffer, reset) => (accumulated), whose fused kernel writes into the buffer's
 // memory too; the output, same name, then carries the gradient (as onnxtrain's artifacts).
-// Two more ops become their org.onnxtrain equals: com.microsoft::GatherGrad (same op, inputs
-// in another order) and ORT's MaxPoolGrad (dY, Indices), which knows dX's shape from ORT's
-// static shape inference (org.onnxtrain's takes a Shape of the pooled input). ORT's
+// Three more ops become their org.onnxtrain equals: com.microsoft::GatherGrad (same op, inputs
+// in another order) and ORT's MaxPoolGrad (dY, Indices) and AveragePoolGrad (dY), which know
+// dX's shape from ORT's static shape inference (org.onnxtrain's take a Shape of the pooled
+// input). ORT's
 // BatchNormInternal updates the running statistics in place: its two outputs become
 // "<p>.running.out" graph outputs, which the Module writes back into the parameters. The other
 // com.microsoft ops of that model have kernels (src/ops/cpu/*).

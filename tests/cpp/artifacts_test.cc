@@ -221,6 +221,7 @@ TEST_F(ArtifactsTest, AccumulatesIntoTheCallersBuffers) {
 
 TEST_F(ArtifactsTest, AdamWUpdatesTheCallersParametersInPlace) {
   ArtifactOptions o = options();
+  o.optimizer->adam_mode = AdamWMode::kTorch;
   o.optimizer->weight_decay = 0.1;
   generate_artifacts(dir_ / "linear.onnx", dir_, o);
   runtime::Executor executor(ir::load_model(dir_ / "optimizer_model.onnx"), {});

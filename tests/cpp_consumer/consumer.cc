@@ -67,7 +67,8 @@ bool check_inference(const std::filesystem::path& model, const Reference& r) {
 bool check_training(const std::filesystem::path& model, const std::filesystem::path& work, const Reference& r) {
   onnxtrain::ArtifactOptions options;
   options.loss.kind = onnxtrain::LossKind::kCrossEntropy;
-  onnxtrain::OptimizerOptions adamw;  // torch.optim.AdamW's settings, spelled out
+  onnxtrain::OptimizerOptions adamw;  // torch.optim.AdamW's rule and settings, spelled out
+  adamw.adam_mode = onnxtrain::AdamWMode::kTorch;
   adamw.learning_rate = 0.05;
   adamw.beta1 = 0.9;
   adamw.beta2 = 0.999;

@@ -1,10 +1,10 @@
 """onnxtrain.InferenceSession against onnxruntime on the reference models.
 
-Every case of ``tests/python/models`` (5 models x {TorchScript, dynamo} x {eval, train})
+Every case of ``zoo/`` (5 models x {TorchScript, dynamo} x {eval, train})
 runs in onnxruntime's CPU provider and in onnxtrain on the same random inputs, at two
 batch (and sequence) sizes; every output must agree to rtol=1e-4, atol=1e-5.
 
-Exports are cached (see ``tests/python/models``); the first run exports all cases (about a
+Exports are cached (see ``zoo/``); the first run exports all cases (about a
 minute on two cores). The tests skip only when ``import onnxtrain`` fails, or fail instead
 with ``ONNXTRAIN_REQUIRE=1``.
 """

@@ -117,6 +117,8 @@ constexpr const char* kGenArtifactsUsage =
     "  --weight-decay X           AdamW: decoupled; SGD: added to the gradient (default 0 for both)\n"
     "  --beta1 X --beta2 X --eps X, --no-bias-correction   AdamW options (defaults 0.9, 0.999, 1e-6:\n"
     "                             onnxruntime-training's)\n"
+    "  --adamw-mode M             AdamW's update rule: huggingface (default: onnxruntime-training's)\n"
+    "                             or torch (torch.optim.AdamW's)\n"
     "  --clip-grad-norm X         scale the gradients to a global L2 norm of at most X before the update\n"
     "  --momentum X --dampening X --nesterov               SGD options\n"
     "  --prefix P                 prepended to every file name\n"
@@ -241,6 +243,9 @@ int gen_artifacts(const std::vector<std::string>& args) {
       optimizer.beta2 = parse_number(option, value());
     } else if (option == "--eps") {
       optimizer.epsilon = parse_number(option, value());
+    } else if (option == "--adamw-mode") {
+      optimizer.adam_mode = parse_choice<AdamWMode>(
+          option, value(), {{"huggingface", AdamWMode::kHuggingFace}, {"torch", AdamWMode::kTorch}});
     } else if (option == "--no-bias-correction") {
       flag();
       optimizer.bias_correction = false;

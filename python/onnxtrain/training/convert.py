@@ -94,6 +94,10 @@ class _TrainingModelConverter:
         op = node.op_type
         if node.domain == "" and op == "MaxPoolGrad":
             return self.max_pool_grad(node)
+        if node.domain == "" and op == "AveragePoolGrad":
+            return self.average_pool_grad(node)
+        if node.domain == "" and op == "SimplifiedLayerNormalization":  # ORT's, in the default domain
+            return self.simplified_layer_normalization(node)
         if node.domain != ORT:
             return [node]
         if op in SAME_OP:
@@ -129,6 +133,125 @@ class _TrainingModelConverter:
         shape = node.output[0] + "/input_shape"
         return [helper.make_node("Shape", [pooled], [shape]),
                 self.ours(node, "MaxPoolGrad", [node.input[0], node.input[1], shape], keep=set())]
+
+    def average_pool_grad(self, node):
+        pooled = next((n.input[0] for n in self.graph.node if n.op_type == "AveragePool"
+                       and (n.output[0] + "_grad" == node.input[0] or n.input[0] + "_grad" == node.output[0])), None)
+        if pooled is None:
+            raise ConversionError(f"AveragePoolGrad '{node.name}': no AveragePool is the one it differentiates")
+        auto_pad = _attribute(node, "auto_pad", b"NOTSET")
+        if (auto_pad.decode() if isinstance(auto_pad, bytes) else auto_pad) not in ("NOTSET", "VALID"):
+            raise ConversionError(f"AveragePoolGrad '{node.name}' with auto_pad {auto_pad!r}")
+        spatial = len(_attribute(node, "kernel_shape"))
+        attributes = {"kernel_shape": _attribute(node, "kernel_shape"),
+                      "pads": _attribute(node, "pads", [0] * (2 * spatial)),
+                      "strides": _attribute(node, "strides", [1] * spatial),
+                      "dilations": _attribute(node, "dilations", [1] * spatial),
+                      "count_include_pad": _attribute(node, "count_include_pad", 0)}
+        shape = node.output[0] + "/input_shape"
+        self.used.add("AveragePoolGrad")
+        return [helper.make_node("Shape", [pooled], [shape]),
+                helper.make_node("AveragePoolGrad", [node.input[0], shape], list(node.output), name=node.name,
+                                 domain=OURS, **attributes)]
+
+    def constant(self, name: str, value: np.ndarray) -> str:
+        self.graph.initializer.append(numpy_helper.from_array(value, name))
+        return name
+
+    def simplified_layer_normalization(self, node):
+        """ORT's RMSNorm in standard ops: inv_std = 1 / sqrt(mean(x^2 over the normalized axes)
+        + epsilon), Y = x * inv_std * scale; the normalized axes counted from the end, as
+        many as scale has (ORT's scale spans them)."""
+        x, scale = node.input[:2]
+        base = node.output[0]
+        axes = self.normalized_axes(node, scale)
+        epsilon = self.constant(base + "/epsilon", np.array(_attribute(node, "epsilon", 1e-5), np.float32))
+        inv = node.output[1] if len(node.output) > 1 and node.output[1] else base + "/inv_std"
+        return [helper.make_node("Mul", [x, x], [base + "/square"]),
+                helper.make_node("ReduceMean", [base + "/square"], [base + "/mean"], axes=axes, keepdims=1),
+                helper.make_node("Add", [base + "/mean", epsilon], [base + "/variance"]),
+                helper.make_node("Sqrt", [base + "/variance"], [base + "/root"]),
+                helper.make_node("Reciprocal", [base + "/root"], [inv]),
+                helper.make_node("Mul", [x, inv], [base + "/normalized"]),
+                helper.make_node("Mul", [base + "/normalized", scale], [base])]
+
+    def normalized_axes(self, node, scale: str) -> list[int]:
+        info = self.infos.get(scale)
+        if info is None or not info.type.tensor_type.HasField("shape"):
+            raise ConversionError(f"{node.op_type} '{node.name}': the rank of its scale '{scale}' is unknown")
+        rank = len(info.type.tensor_type.shape.dim)
+        return list(range(-rank, 0))
+
+    def op_SimplifiedLayerNormalizationGrad(self, node):
+        """With r the saved inv_std, x^ = x r and g = dY scale: dX = r (g - x^ mean(g x^)),
+        dScale = the sum over the leading axes of dY x^ (dY x^ reshaped to [-1, *scale's shape])."""
+        dy, x, scale, inv = node.input[:4]
+        base = node.output[0]
+        axes = self.normalized_axes(node, scale)
+        minus_one = self.constant(base + "/minus_one", np.array([-1], np.int64))
+        nodes = [helper.make_node("Mul", [x, inv], [base + "/x_hat"]),
+                 helper.make_node("Mul", [dy, scale], [base + "/g"]),
+                 helper.make_node("Mul", [base + "/g", base + "/x_hat"], [base + "/g_x_hat"]),
+                 helper.make_node("ReduceMean", [base + "/g_x_hat"], [base + "/mean"], axes=axes, keepdims=1),
+                 helper.make_node("Mul", [base + "/x_hat", base + "/mean"], [base + "/projection"]),
+                 helper.make_node("Sub", [base + "/g", base + "/projection"], [base + "/difference"]),
+                 helper.make_node("Mul", [inv, base + "/difference"], [base])]
+        if len(node.output) > 1 and node.output[1]:
+            nodes += [helper.make_node("Mul", [dy, base + "/x_hat"], [base + "/dy_x_hat"]),
+                      helper.make_node("Shape", [scale], [base + "/scale_shape"]),
+                      helper.make_node("Concat", [minus_one, base + "/scale_shape"], [base + "/rows_shape"], axis=0),
+                      helper.make_node("Reshape", [base + "/dy_x_hat", base + "/rows_shape"], [base + "/rows"]),
+                      helper.make_node("ReduceSum", [base + "/rows", self.constant(base + "/axis0", np.array([0], np.int64))],
+                                       [node.output[1]], keepdims=0)]
+        return nodes
+
+    def op_QuickGelu(self, node):
+        base = node.output[0]
+        alpha = self.constant(base + "/alpha", np.array(_attribute(node, "alpha", 1.702), np.float32))
+        return [helper.make_node("Mul", [node.input[0], alpha], [base + "/scaled"]),
+                helper.make_node("Sigmoid", [base + "/scaled"], [base + "/sigmoid"]),
+                helper.make_node("Mul", [node.input[0], base + "/sigmoid"], [base])]
+
+    def op_QuickGeluGrad(self, node):
+        """dY * s * (1 + alpha x (1 - s)), s = sigmoid(alpha x)."""
+        dy, x = node.input
+        base = node.output[0]
+        alpha = self.constant(base + "/alpha", np.array(_attribute(node, "alpha", 1.702), np.float32))
+        one = self.constant(base + "/one", np.array(1.0, np.float32))
+        return [helper.make_node("Mul", [x, alpha], [base + "/ax"]),
+                helper.make_node("Sigmoid", [base + "/ax"], [base + "/s"]),
+                helper.make_node("Sub", [one, base + "/s"], [base + "/1-s"]),
+                helper.make_node("Mul", [base + "/ax", base + "/1-s"], [base + "/ax(1-s)"]),
+                helper.make_node("Add", [one, base + "/ax(1-s)"], [base + "/1+ax(1-s)"]),
+                helper.make_node("Mul", [base + "/s", base + "/1+ax(1-s)"], [base + "/slope"]),
+                helper.make_node("Mul", [dy, base + "/slope"], [base])]
+
+    def op_ConcatTraining(self, node):
+        axis = _attribute(node, "axis")
+        nodes = [helper.make_node("Concat", list(node.input), [node.output[0]], name=node.name, axis=axis)]
+        if len(node.output) > 1 and node.output[1]:
+            lengths = []
+            for i, name in enumerate(node.input):
+                length = f"{node.output[1]}/{i}"
+                if axis == -1:  # Shape's end -1 + 1 would be 0: no end
+                    nodes.append(helper.make_node("Shape", [name], [length], start=-1))
+                else:
+                    nodes.append(helper.make_node("Shape", [name], [length], start=axis, end=axis + 1))
+                lengths.append(length)
+            nodes.append(helper.make_node("Concat", lengths, [node.output[1]], axis=0))
+        return nodes
+
+    def op_SplitTraining(self, node):
+        return [helper.make_node("Split", list(node.input), list(node.output), name=node.name,
+                                 axis=_attribute(node, "axis", 0))]
+
+    def op_GatherElementsGrad(self, node):
+        dy, shape, indices = node.input
+        base = node.output[0]
+        return [helper.make_node("ConstantOfShape", [shape], [base + "/zeros_f"]),
+                helper.make_node("CastLike", [base + "/zeros_f", dy], [base + "/zeros"]),
+                helper.make_node("ScatterElements", [base + "/zeros", indices, dy], [base], name=node.name,
+                                 axis=_attribute(node, "axis", 0), reduction="add")]
 
     def op_ConvGrad(self, node):
         pads = _attribute(node, "pads")
@@ -237,11 +360,15 @@ def _optimizer_options(model: onnx.ModelProto) -> dict:
         return {"optimizer": "sgd"}
     if node.op_type != "AdamWOptimizer":
         raise ConversionError(f"optimizer op {node.op_type} has no onnxtrain equivalent")
-    if _attribute(node, "adam_mode", 0) == 1:
-        warnings.warn("the ORT optimizer is Hugging Face's AdamW (adam_mode=1); onnxtrain's AdamW is torch's: "
-                      "epsilon is added to sqrt(v) / sqrt(1 - beta2^t) instead of sqrt(v), so the converted run "
-                      "differs from ORT's by about epsilon / sqrt(v) per step", stacklevel=3)
-    return {"optimizer": "adamw", "beta1": float(_attribute(node, "alpha", 0.9)),
+    mode = _attribute(node, "adam_mode", 0)
+    if mode not in (0, 1):
+        raise ConversionError(f"AdamWOptimizer has adam_mode {mode}; ORT defines 0 (torch) and 1 (Hugging Face)")
+    if mode == 0:
+        warnings.warn("the ORT optimizer is AdamW with adam_mode=0 (torch's rule): onnxtrain's torch rule computes it "
+                      "in torch's order with double-precision scalars, ORT's kernel in float in another order, so the "
+                      "converted run may differ from ORT's in the last bits", stacklevel=3)
+    return {"optimizer": "adamw", "adam_mode": "huggingface" if mode == 1 else "torch",
+            "beta1": float(_attribute(node, "alpha", 0.9)),
             "beta2": float(_attribute(node, "beta", 0.999)), "epsilon": float(_attribute(node, "epsilon", 1e-8)),
             "weight_decay": float(_attribute(node, "weight_decay", 1e-2)),
             "bias_correction": bool(_attribute(node, "correct_bias", 1))}

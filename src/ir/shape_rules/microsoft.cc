@@ -45,6 +45,42 @@ void fused_matmul(ShapeContext& c) {
 
 void softmax_cross_entropy_loss_grad(ShapeContext& c) { c.set_like(0, 1); }
 
+// The ONNX op's rule, for a com.microsoft op that computes what it computes.
+template <const char* kOnnxOp>
+void as_onnx(ShapeContext& c) {
+  ShapeRuleTable::global().find("", kOnnxOp)(c);
+}
+constexpr char kSoftmaxCrossEntropyLoss[] = "SoftmaxCrossEntropyLoss";
+constexpr char kSplit[] = "Split";
+
+// BiasDropout (data, bias, residual, ratio, training_mode) => (output, mask).
+void bias_dropout(ShapeContext& c) {
+  c.set_like(0, 0);
+  c.set(1, DType::kBool, c.shape(0) ? std::optional(*c.shape(0)) : std::nullopt);
+}
+
+// SimplifiedLayerNormalizationGrad (dY, X, scale, inv_std_var) => (dX like X, dScale like scale).
+void simplified_layer_normalization_grad(ShapeContext& c) {
+  c.set_like(0, 1);
+  c.set_like(1, 2);
+}
+
+// GatherElementsGrad (dY, shape, indices) => dX of the shape input 1 holds.
+void gather_elements_grad(ShapeContext& c) {
+  std::optional<SymbolicShape> shape;
+  if (const auto dims = c.ints(1)) {
+    shape.emplace();
+    for (int64_t d : *dims) shape->push_back(known(d));
+  }
+  c.set(0, c.dtype(0), shape);
+}
+
+// ConcatTraining => (Concat's output, the pieces' sizes along the axis: int64 [inputs]).
+void concat_training(ShapeContext& c) {
+  ShapeRuleTable::global().find("", "Concat")(c);
+  c.set(1, DType::kInt64, SymbolicShape{known(static_cast<int64_t>(c.input_count()))});
+}
+
 // InPlaceAccumulatorV2 (buffer, gradient, overwrite) => (updated flag, buffer).
 void in_place_accumulator(ShapeContext& c) {
   c.set(0, DType::kBool, SymbolicShape{known(1)});
@@ -75,6 +111,15 @@ const ShapeRuleRegistration kMicrosoftShapes{
         {"FusedMatMul", fused_matmul},
         {"TransposeMatMul", fused_matmul},
         {"InPlaceAccumulatorV2", in_place_accumulator},
+        {"QuickGelu", same_as_input},
+        {"QuickGeluGrad", same_as_input},
+        {"SoftmaxCrossEntropyLossInternal", as_onnx<kSoftmaxCrossEntropyLoss>},
+        {"SoftmaxCrossEntropyLossInternalGrad", softmax_cross_entropy_loss_grad},
+        {"BiasDropout", bias_dropout},
+        {"SimplifiedLayerNormalizationGrad", simplified_layer_normalization_grad},
+        {"GatherElementsGrad", gather_elements_grad},
+        {"ConcatTraining", concat_training},
+        {"SplitTraining", as_onnx<kSplit>},
     },
     "com.microsoft"};
 

@@ -35,6 +35,13 @@ void rms_normalization(ShapeContext& c) {
   c.set(0, c.dtype(1), c.shape(0) ? std::optional(*c.shape(0)) : std::nullopt);
 }
 
+// onnxruntime's SimplifiedLayerNormalization (its RMSNorm, default domain): Y like X; the
+// inverse standard deviation in float (double for double X), shape not inferred.
+void simplified_layer_normalization(ShapeContext& c) {
+  same_as_input(c);
+  c.set(1, c.dtype(0) == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32);
+}
+
 const ShapeRuleRegistration kNormalizationShapes{{
     {"BatchNormalization", batch_normalization},
     {"LayerNormalization", layer_normalization},
@@ -43,6 +50,7 @@ const ShapeRuleRegistration kNormalizationShapes{{
     {"LpNormalization", same_as_input},
     {"MeanVarianceNormalization", same_as_input},
     {"RMSNormalization", rms_normalization},
+    {"SimplifiedLayerNormalization", simplified_layer_normalization},
 }};
 
 }  // namespace

@@ -1,5 +1,7 @@
-// Activation functions (Relu and its relatives, sigmoids, Gelu, PRelu) and Dropout.
-// Parameters are read once when the kernel is created; the loops live in elementwise.h.
+// Activation functions (Relu and its relatives, sigmoids, Gelu, PRelu) and Dropout, with
+// onnxruntime-training's relatives (com.microsoft: Gelu, FastGelu, BiasGelu, QuickGelu and
+// QuickGeluGrad, BiasDropout). Parameters are read once when the kernel is created; the loops
+// live in elementwise.h.
 #include <atomic>
 #include <cmath>
 #include <limits>
@@ -169,6 +171,37 @@ const KernelRegistration kMicrosoftFastGelu{"com.microsoft", "FastGelu", 1, kLat
                                               return gelu(true);
                                             }};
 
+// com.microsoft::QuickGelu <alpha = 1.702> (X): x * sigmoid(alpha x) (SiLU for alpha 1, which
+// ORT's graph transformers fuse into it), and its gradient QuickGeluGrad (dY, X):
+// dY * s * (1 + alpha x (1 - s)) with s = sigmoid(alpha x).
+float quick_gelu_alpha(const KernelInfo& info) {
+  return info.float_attribute("alpha", 1.702f);
+}
+
+const KernelRegistration kMicrosoftQuickGelu{"com.microsoft", "QuickGelu", 1, kLatestOpset, [](const KernelInfo& info) {
+                                               const float alpha = quick_gelu_alpha(info);
+                                               return float_activation([alpha](auto x) {
+                                                 using F = decltype(x);
+                                                 return x * vector_math::sigmoid(F(alpha) * x);
+                                               });
+                                             }};
+
+const KernelRegistration kMicrosoftQuickGeluGrad{
+    "com.microsoft", "QuickGeluGrad", 1, kLatestOpset, [](const KernelInfo& info) {
+      const float alpha = quick_gelu_alpha(info);
+      return make_kernel([alpha](KernelContext& ctx) {
+        elementwise::require_same_dtype(ctx, 0, 1);
+        dispatch<ONNXTRAIN_FLOAT_TYPES>(ctx.input(0).dtype(), "QuickGeluGrad", [&]<typename T>() {
+          binary<T, T, T>(ctx, [alpha](auto dy, auto x) {
+            using F = decltype(x);
+            const F ax = F(alpha) * x;
+            const F s = vector_math::sigmoid(ax);
+            return dy * (s * (F(1) + ax * (F(1) - s)));
+          });
+        });
+      });
+    }};
+
 // y = x for x >= 0, slope * x otherwise; the slope broadcasts to x's shape (one direction only).
 const KernelRegistration kPRelu{"", "PRelu", 7, kLatestOpset, [](const KernelInfo&) {
                                   return make_kernel([](KernelContext& ctx) {
@@ -225,9 +258,12 @@ inline uint64_t mix64(uint64_t z) {  // splitmix64's finalizer
 
 // Opset 12+: ratio and training_mode are optional inputs; in training mode a random mask
 // keeps each element with probability 1 - ratio and scales the kept ones by 1 / (1 - ratio).
-class Dropout12 final : public OpKernel {
+// com.microsoft::BiasDropout (data, bias, residual?, ratio?, training_mode?) <seed> is the
+// same on data + bias (bias the last axis of data, or its whole shape), plus residual
+// (data's shape) after the dropout: ORT's fusion of the pattern transformers have.
+class DropoutKernel final : public OpKernel {
  public:
-  explicit Dropout12(const KernelInfo& info) {
+  DropoutKernel(const KernelInfo& info, bool biased) : biased_(biased), ratio_input_(biased ? 3 : 1) {
     // Without a seed every kernel draws its own streams; with one, the sequence of masks a
     // session draws run after run is reproducible.
     seed_ = info.has_attribute("seed") ? static_cast<uint64_t>(info.int_attribute("seed"))
@@ -237,72 +273,133 @@ class Dropout12 final : public OpKernel {
   void compute(KernelContext& ctx) override {
     const double ratio = read_ratio(ctx);
     const bool training = read_training_mode(ctx);
-    if (!training || ratio == 0) {
+    const bool drop = training && ratio != 0;
+    if (!biased_ && !drop) {
       ctx.set_output(0, ctx.input(0));
       keep_everything(ctx, DType::kBool);
       return;
     }
-    // Draws 24-bit uniforms u in [0, 1); an element is kept when u >= ratio.
-    const auto threshold = static_cast<uint32_t>(std::ceil(ratio * double(1u << 24)));
-    const uint64_t stream = mix64(seed_ + kGoldenGamma * (runs_.fetch_add(1) + 1));
     const Tensor& x = ctx.input(0);
+    if (biased_) check_bias_and_residual(ctx);
     Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
-    Tensor mask = ctx.has_output(1) ? ctx.allocate_output(1, DType::kBool, x.shape())
-                                    : ctx.allocate_scratch(DType::kBool, x.shape());
-    bool* keep = mask.data<bool>();
-    parallel_for(x.numel(), elementwise::kGrain, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        const uint64_t draw = mix64(stream + kGoldenGamma * static_cast<uint64_t>(i + 1));
-        keep[i] = static_cast<uint32_t>(draw >> 40) >= threshold;
-      }
-    });
-    dispatch<ONNXTRAIN_FLOAT_TYPES>(x.dtype(), "Dropout", [&]<typename T>() {
+    Tensor mask;
+    if (drop) {
+      // Draws 24-bit uniforms u in [0, 1); an element is kept when u >= ratio.
+      const auto threshold = static_cast<uint32_t>(std::ceil(ratio * double(1u << 24)));
+      const uint64_t stream = mix64(seed_ + kGoldenGamma * (runs_.fetch_add(1) + 1));
+      mask = ctx.has_output(1) ? ctx.allocate_output(1, DType::kBool, x.shape())
+                               : ctx.allocate_scratch(DType::kBool, x.shape());
+      bool* keep = mask.data<bool>();
+      parallel_for(x.numel(), elementwise::kGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const uint64_t draw = mix64(stream + kGoldenGamma * static_cast<uint64_t>(i + 1));
+          keep[i] = static_cast<uint32_t>(draw >> 40) >= threshold;
+        }
+      });
+    } else {
+      keep_everything(ctx, DType::kBool);
+    }
+    dispatch<ONNXTRAIN_FLOAT_TYPES>(x.dtype(), ctx.node().op_type, [&]<typename T>() {
       using F = compute_type_t<T>;
-      const F scale = static_cast<F>(1.0 / (1.0 - ratio));
-      elementwise::broadcast_map(
-          y.data<T>(), x.shape(),
-          [scale](F v, bool k) {
-            const F scaled = v * scale;
-            return k ? scaled : F(0);
-          },
-          elementwise::Operand<T>{x.data<T>(), &x.shape()}, elementwise::Operand<bool>{keep, &x.shape()});
+      using elementwise::Operand;
+      const Operand<T> data{x.data<T>(), &x.shape()};
+      if (!biased_) {
+        const F scale = static_cast<F>(1.0 / (1.0 - ratio));
+        elementwise::broadcast_map(
+            y.data<T>(), x.shape(),
+            [scale](F v, bool k) {
+              const F scaled = v * scale;
+              return k ? scaled : F(0);
+            },
+            data, Operand<bool>{mask.data<bool>(), &x.shape()});
+        return;
+      }
+      const Tensor& bias = ctx.input(1);
+      const Operand<T> b{bias.data<T>(), &bias.shape()};
+      const bool residual = ctx.has_input(2);
+      const F scale = drop ? static_cast<F>(1.0 / (1.0 - ratio)) : F(1);
+      const auto dropped = [scale](F v, F bv, bool k) {
+        const F scaled = (v + bv) * scale;
+        return k ? scaled : F(0);
+      };
+      if (drop && residual) {
+        const Tensor& r = ctx.input(2);
+        elementwise::broadcast_map(
+            y.data<T>(), x.shape(), [dropped](F v, F bv, bool k, F rv) { return dropped(v, bv, k) + rv; }, data, b,
+            Operand<bool>{mask.data<bool>(), &x.shape()}, Operand<T>{r.data<T>(), &r.shape()});
+      } else if (drop) {
+        elementwise::broadcast_map(y.data<T>(), x.shape(), dropped, data, b,
+                                   Operand<bool>{mask.data<bool>(), &x.shape()});
+      } else if (residual) {
+        const Tensor& r = ctx.input(2);
+        elementwise::broadcast_map(
+            y.data<T>(), x.shape(), [](F v, F bv, F rv) { return (v + bv) + rv; }, data, b,
+            Operand<T>{r.data<T>(), &r.shape()});
+      } else {
+        elementwise::broadcast_map(
+            y.data<T>(), x.shape(), [](F v, F bv) { return v + bv; }, data, b);
+      }
     });
   }
 
  private:
-  static double read_ratio(KernelContext& ctx) {
-    if (!ctx.has_input(1)) return 0.5;
-    const Tensor& r = ctx.input(1);
+  static void check_bias_and_residual(KernelContext& ctx) {
+    const Tensor& x = ctx.input(0);
+    const Tensor& bias = ctx.input(1);
+    const bool last_axis = x.rank() > 0 && bias.shape() == Shape{x.dim(static_cast<int64_t>(x.rank()) - 1)};
+    if (bias.dtype() != x.dtype() || !(last_axis || bias.shape() == x.shape())) {
+      ctx.fail("bias is " + std::string(dtype_name(bias.dtype())) + shape_string(bias.shape()) + "; expected " +
+               std::string(dtype_name(x.dtype())) + " of data's last axis or of data's shape " +
+               shape_string(x.shape()));
+    }
+    if (ctx.has_input(2)) {
+      const Tensor& r = ctx.input(2);
+      if (r.dtype() != x.dtype() || r.shape() != x.shape()) {
+        ctx.fail("residual is " + std::string(dtype_name(r.dtype())) + shape_string(r.shape()) + "; expected " +
+                 std::string(dtype_name(x.dtype())) + shape_string(x.shape()) + " like data");
+      }
+    }
+  }
+
+  double read_ratio(KernelContext& ctx) const {
+    if (!ctx.has_input(ratio_input_)) return 0.5;
+    const Tensor& r = ctx.input(ratio_input_);
+    const std::string what = "input " + std::to_string(ratio_input_) + " (ratio)";
     if (r.numel() != 1 || !is_floating(r.dtype())) {
-      ctx.fail("input 1 (ratio) is a " + std::string(dtype_name(r.dtype())) + " tensor of shape " +
-               shape_string(r.shape()) + ", expected a floating-point scalar");
+      ctx.fail(what + " is a " + std::string(dtype_name(r.dtype())) + " tensor of shape " + shape_string(r.shape()) +
+               ", expected a floating-point scalar");
     }
     double ratio = 0;
     dispatch<ONNXTRAIN_FLOAT_TYPES>(r.dtype(), "Dropout ratio", [&]<typename T>() {
       ratio = static_cast<double>(compute_type_t<T>(r.data<T>()[0]));
     });
-    if (!(ratio >= 0 && ratio < 1)) {
-      ctx.fail("input 1 (ratio) is " + std::to_string(ratio) + ", expected a value in [0, 1)");
-    }
+    if (!(ratio >= 0 && ratio < 1)) ctx.fail(what + " is " + std::to_string(ratio) + ", expected a value in [0, 1)");
     return ratio;
   }
 
-  static bool read_training_mode(KernelContext& ctx) {
-    if (!ctx.has_input(2)) return false;
-    const Tensor& t = ctx.input(2);
+  bool read_training_mode(KernelContext& ctx) const {
+    const size_t input = ratio_input_ + 1;
+    if (!ctx.has_input(input)) return false;
+    const Tensor& t = ctx.input(input);
     if (t.numel() != 1 || t.dtype() != DType::kBool) {
-      ctx.fail("input 2 (training_mode) is a " + std::string(dtype_name(t.dtype())) + " tensor of shape " +
-               shape_string(t.shape()) + ", expected a bool scalar");
+      ctx.fail("input " + std::to_string(input) + " (training_mode) is a " + std::string(dtype_name(t.dtype())) +
+               " tensor of shape " + shape_string(t.shape()) + ", expected a bool scalar");
     }
     return t.data<bool>()[0];
   }
 
+  bool biased_;
+  size_t ratio_input_;
   uint64_t seed_ = 0;
   std::atomic<uint64_t> runs_{0};
 };
 
-const KernelRegistration kDropout12{"", "Dropout", 12, kLatestOpset,
-                                    [](const KernelInfo& info) { return std::make_unique<Dropout12>(info); }};
+const KernelRegistration kDropout12{"", "Dropout", 12, kLatestOpset, [](const KernelInfo& info) {
+                                      return std::make_unique<DropoutKernel>(info, false);
+                                    }};
+const KernelRegistration kMicrosoftBiasDropout{
+    "com.microsoft", "BiasDropout", 1, kLatestOpset,
+    [](const KernelInfo& info) { return std::make_unique<DropoutKernel>(info, true); }};
 
 // com.microsoft::BiasGelu (A, B): GELU (erf form) of A + B, B broadcast along the last axis.
 const KernelRegistration kMicrosoftBiasGelu{

@@ -1,5 +1,5 @@
 // Indexing kernels: Gather, GatherElements, GatherND, ScatterND, ScatterElements (and the
-// older Scatter), OneHot, NonZero, Compress.
+// older Scatter), OneHot, NonZero, Compress, and onnxruntime-training's GatherElementsGrad.
 //
 // Gathers move whole slices, so they work on element sizes rather than types. Indices may
 // be int32 or int64, count from the end when negative, and an index out of range is an
@@ -157,6 +157,62 @@ const KernelRegistration kGatherElements{
             for_each_element(indices.shape(), strides, axis, [&](int64_t i, int64_t base) {
               dst[i] = src[base + wrap(static_cast<int64_t>(idx[i]), size) * strides[axis]];
             });
+          });
+        });
+      });
+    }};
+
+// com.microsoft::GatherElementsGrad <axis = 0> (dY, shape, indices) => (dX): zeros of `shape`
+// (GatherElements' data) into which each dY element is added where GatherElements read it.
+// One thread, in order: an index may repeat, and then its gradients add up.
+const KernelRegistration kMicrosoftGatherElementsGrad{
+    "com.microsoft", "GatherElementsGrad", 1, kLatestOpset, [](const KernelInfo& info) {
+      const int64_t axis_attribute = info.int_attribute("axis", 0);
+      return make_kernel([axis_attribute](KernelContext& ctx) {
+        const Tensor& dy = ctx.input(0);
+        const Tensor& shape_tensor = ctx.input(1);
+        const Tensor& indices = ctx.input(2);
+        if (shape_tensor.dtype() != DType::kInt64 || shape_tensor.rank() != 1) {
+          ctx.fail("shape must be a 1-D int64 tensor, got " + std::string(dtype_name(shape_tensor.dtype())) +
+                   shape_string(shape_tensor.shape()));
+        }
+        const Shape shape(shape_tensor.data<int64_t>(), shape_tensor.data<int64_t>() + shape_tensor.numel());
+        for (int64_t d : shape) {
+          if (d < 0) ctx.fail("shape " + shape_string(shape) + " has a negative dimension");
+        }
+        if (shape.empty()) ctx.fail("shape is empty: GatherElements' data has rank >= 1");
+        if (dy.shape() != indices.shape()) {
+          ctx.fail("dY " + shape_string(dy.shape()) + " and indices " + shape_string(indices.shape()) +
+                   " must have one shape");
+        }
+        const auto axis = static_cast<size_t>(normalize_axis(ctx, axis_attribute, static_cast<int64_t>(shape.size())));
+        check_element_indices(ctx, shape, indices.shape(), axis, "indices");
+        const int64_t size = shape[axis];
+        const std::vector<int64_t> strides = contiguous_strides(shape);
+        Tensor& dx = ctx.allocate_output(0, dy.dtype(), shape);
+        std::memset(dx.raw_data(), 0, dx.nbytes());
+        if (indices.numel() == 0) return;
+        dispatch_index(ctx, indices, [&]<typename I>() {
+          const I* idx = indices.data<I>();
+          check_indices(ctx, idx, indices.numel(), static_cast<int64_t>(axis), size);
+          dispatch<ONNXTRAIN_FLOAT_TYPES>(dy.dtype(), "GatherElementsGrad", [&]<typename T>() {
+            using C = compute_type_t<T>;
+            const T* g = dy.data<T>();
+            T* out = dx.data<T>();
+            const Shape& walk = indices.shape();
+            const size_t rank = walk.size();
+            std::vector<int64_t> at(rank, 0);
+            for (int64_t i = 0; i < indices.numel(); ++i) {
+              int64_t offset = 0;
+              for (size_t d = 0; d < rank; ++d) {
+                offset += (d == axis ? wrap(static_cast<int64_t>(idx[i]), size) : at[d]) * strides[d];
+              }
+              out[offset] = static_cast<T>(C(out[offset]) + C(g[i]));
+              for (size_t d = rank; d-- > 0;) {  // the next position of indices, row major
+                if (++at[d] < walk[d]) break;
+                at[d] = 0;
+              }
+            }
           });
         });
       });

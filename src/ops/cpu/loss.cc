@@ -1,4 +1,6 @@
-// Classification losses: SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss.
+// Classification losses: SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss, and
+// onnxruntime-training's SoftmaxCrossEntropyLossInternal (ignore_index as an input) with the
+// gradients SoftmaxCrossEntropyLossGrad and SoftmaxCrossEntropyLossInternalGrad.
 //
 // Both take scores [N, C] or [N, C, d1, ..., dk], integer targets [N] or [N, d1, ..., dk]
 // and optional class weights [C]; both are viewed here as [N, C, D] with D = d1 * ... * dk
@@ -272,6 +274,125 @@ const KernelRegistration kNegativeLogLikelihoodLoss{
                                         [&]<typename T>() { negative_log_likelihood<T>(ctx, a); });
       });
     }};
+
+// ---- onnxruntime-training's versions ----
+
+// ORT's ignore_index input: an int64 (or int32) scalar, absent when the input is.
+std::optional<int64_t> ignore_index_input(KernelContext& ctx, size_t input) {
+  if (!ctx.has_input(input)) return std::nullopt;
+  const Tensor& t = ctx.input(input);
+  if (t.numel() != 1 || (t.dtype() != DType::kInt64 && t.dtype() != DType::kInt32)) {
+    ctx.fail("input " + std::to_string(input) + " (ignore_index) must be one int64 value, got " +
+             std::string(dtype_name(t.dtype())) + shape_string(t.shape()));
+  }
+  return t.item_as_int64();
+}
+
+// com.microsoft::SoftmaxCrossEntropyLossInternal <reduction> (scores, labels, weights?,
+// ignore_index?) => (output, log_prob): SoftmaxCrossEntropyLoss with ignore_index as an input.
+const KernelRegistration kMicrosoftSoftmaxCrossEntropyLossInternal{
+    "com.microsoft", "SoftmaxCrossEntropyLossInternal", 1, kLatestOpset, [](const KernelInfo& info) {
+      const LossAttributes attributes = loss_attributes(info);
+      return make_kernel([attributes](KernelContext& ctx) {
+        LossAttributes a = attributes;
+        a.ignore_index = ignore_index_input(ctx, 3);
+        dispatch<ONNXTRAIN_FLOAT_TYPES>(ctx.input(0).dtype(), "SoftmaxCrossEntropyLossInternal",
+                                        [&]<typename T>() { softmax_cross_entropy<T>(ctx, a); });
+      });
+    }};
+
+// The gradient of the softmax cross entropy with respect to the scores, from log_prob:
+// (softmax - onehot(label)) * weight[label] * dY, dY one value or one per label; classes on
+// axis 1; a label equal to ignore_index contributes nothing; "mean" divides by the summed
+// weights of the other labels (their count without weights), as the loss does.
+template <typename T, typename L>
+void softmax_cross_entropy_grad(const Tensor& dy, const Tensor& log_prob, const Tensor& label, const Tensor* weight,
+                                bool mean, std::optional<int64_t> ignore_index, Tensor& out) {
+  using C = compute_type_t<T>;
+  const int64_t n = log_prob.dim(0), classes = log_prob.dim(1);
+  const int64_t inner = n && classes ? log_prob.numel() / (n * classes) : 0;
+  const L* labels = label.data<L>();
+  const auto label_weight = [&](int64_t at) -> C {
+    const auto target = static_cast<int64_t>(labels[at]);
+    if (ignore_index && target == *ignore_index) return C(0);
+    return weight ? C(weight->data<T>()[target]) : C(1);
+  };
+  C total = 0;
+  for (int64_t at = 0; at < label.numel(); ++at) total += label_weight(at);
+  const C scale = mean && total != C(0) ? C(1) / total : C(1);
+  const T* lp = log_prob.data<T>();
+  const T* g = dy.data<T>();
+  const bool per_label = dy.numel() != 1;
+  T* o = out.data<T>();
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t i = 0; i < inner; ++i) {
+      const int64_t at = b * inner + i;
+      const auto target = static_cast<int64_t>(labels[at]);
+      const C w = label_weight(at) * C(g[per_label ? at : 0]) * scale;
+      for (int64_t k = 0; k < classes; ++k) {
+        const int64_t index = (b * classes + k) * inner + i;
+        const C p = vector_math::exp(C(lp[index]));
+        o[index] = static_cast<T>((k == target ? p - C(1) : p) * w);
+      }
+    }
+  }
+}
+
+// ORT's SoftmaxCrossEntropyLossGrad (dY, log_prob, label, weight?) <reduction, ignore_index>,
+// and SoftmaxCrossEntropyLossInternalGrad (dY, log_prob, label, weight?, ignore_index?, bias?)
+// <reduction>, which takes ignore_index as an input and adds bias (log_prob's shape) to the
+// result (ORT fuses the Add that follows it).
+KernelFactory ort_softmax_cross_entropy_grad(bool internal) {
+  return [internal](const KernelInfo& info) {
+    const std::string reduction = info.string_attribute("reduction", "mean");
+    if (reduction != "mean" && reduction != "sum" && reduction != "none") {
+      info.fail("reduction must be mean, sum or none, got '" + reduction + "'");
+    }
+    std::optional<int64_t> ignore_attribute;
+    if (!internal && info.has_attribute("ignore_index")) ignore_attribute = info.int_attribute("ignore_index");
+    return make_kernel([mean = reduction == "mean", ignore_attribute, internal](KernelContext& ctx) {
+      const Tensor& dy = ctx.input(0);
+      const Tensor& log_prob = ctx.input(1);
+      const Tensor& label = ctx.input(2);
+      const Tensor* weight = ctx.has_input(3) ? &ctx.input(3) : nullptr;
+      const std::optional<int64_t> ignore_index = internal ? ignore_index_input(ctx, 4) : ignore_attribute;
+      const Tensor* bias = internal && ctx.has_input(5) ? &ctx.input(5) : nullptr;
+      if (log_prob.rank() < 2) ctx.fail("log_prob needs a class axis");
+      const int64_t classes = log_prob.dim(1);
+      if (label.numel() * classes != log_prob.numel()) ctx.fail("label must have the shape of log_prob without axis 1");
+      if (dy.numel() != 1 && dy.numel() != label.numel()) ctx.fail("dY must hold one value or one per label");
+      if (weight && (weight->numel() != classes || weight->dtype() != log_prob.dtype())) {
+        ctx.fail("weight must hold one " + std::string(dtype_name(log_prob.dtype())) + " per class");
+      }
+      if (dy.dtype() != log_prob.dtype()) ctx.fail("dY and log_prob have different element types");
+      if (bias && (bias->dtype() != log_prob.dtype() || bias->shape() != log_prob.shape())) {
+        ctx.fail("bias is " + std::string(dtype_name(bias->dtype())) + shape_string(bias->shape()) + "; expected " +
+                 std::string(dtype_name(log_prob.dtype())) + shape_string(log_prob.shape()) + " like log_prob");
+      }
+      Tensor& out = ctx.allocate_output(0, log_prob.dtype(), log_prob.shape());
+      dispatch<float, double>(log_prob.dtype(), ctx.node().op_type, [&]<typename T>() {
+        dispatch<int32_t, int64_t>(label.dtype(), "labels", [&]<typename L>() {
+          for (int64_t at = 0; at < label.numel(); ++at) {
+            const auto target = static_cast<int64_t>(label.data<L>()[at]);
+            if ((!ignore_index || target != *ignore_index) && (target < 0 || target >= classes)) {
+              ctx.fail("label " + std::to_string(target) + " is outside [0, " + std::to_string(classes) + ")");
+            }
+          }
+          softmax_cross_entropy_grad<T, L>(dy, log_prob, label, weight, mean, ignore_index, out);
+          if (bias == nullptr) return;
+          T* o = out.data<T>();
+          const T* b = bias->data<T>();
+          for (int64_t i = 0; i < out.numel(); ++i) o[i] = static_cast<T>(o[i] + b[i]);
+        });
+      });
+    });
+  };
+}
+
+const KernelRegistration kMicrosoftSoftmaxCrossEntropyLossGrad{"com.microsoft", "SoftmaxCrossEntropyLossGrad", 1,
+                                                               kLatestOpset, ort_softmax_cross_entropy_grad(false)};
+const KernelRegistration kMicrosoftSoftmaxCrossEntropyLossInternalGrad{
+    "com.microsoft", "SoftmaxCrossEntropyLossInternalGrad", 1, kLatestOpset, ort_softmax_cross_entropy_grad(true)};
 
 }  // namespace
 }  // namespace onnxtrain

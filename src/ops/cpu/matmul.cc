@@ -7,7 +7,9 @@
 #include <optional>
 
 #include "core/dispatch.h"
+#include "core/parallel.h"
 #include "ops/cpu/broadcast.h"
+#include "ops/cpu/layout.h"
 #include "ops/cpu/onednn.h"
 #include "ops/cpu/weight_stream.h"
 #include "ops/kernel_registry.h"
@@ -208,32 +210,36 @@ void stream_rows(const WeightStream& stream, const float* a, int64_t rows, bool 
 
 class MatMulKernel final : public OpKernel {
  public:
-  explicit MatMulKernel(const KernelInfo& info) : constant_b_(info.packable_constant_input(1)) {}
+  // `constant_b`: B when it is a constant that may be packed once (null otherwise).
+  explicit MatMulKernel(const Tensor* constant_b) : constant_b_(constant_b) {}
 
-  void compute(KernelContext& ctx) override {
-    const Tensor& a = ctx.input(0);
-    const Tensor& b = ctx.input(1);
+  void compute(KernelContext& ctx) override { multiply(ctx, ctx.input(0), ctx.input(1)); }
+
+  // Output 0 = a @ b, numpy's matmul (a and b may be other than the node's inputs: b only
+  // when no constant B was given).
+  Tensor& multiply(KernelContext& ctx, const Tensor& a, const Tensor& b) {
     check_same_dtype(ctx, a, b, "A", "B");
     MatmulProblem p = matmul_problem(ctx, a.shape(), b.shape());
     Tensor& out = ctx.allocate_output(0, a.dtype(), p.out);
-    if (out.numel() == 0) return;
+    if (out.numel() == 0) return out;
     if (p.batch.k == 0) {  // an empty sum
       std::memset(out.raw_data(), 0, out.nbytes());
-      return;
+      return out;
     }
     const DType dtype = a.dtype();
     if (dtype == DType::kFloat32 && constant_b_ && b.rank() == 2 && a.numel() / b.dim(0) <= kMaxStreamedRows) {
       // Every leading axis of A is rows of one product.
       if (!stream_) stream_.emplace(constant_b_->data<float>(), b.dim(1), b.dim(0), 1, b.dim(1));
       stream_rows(*stream_, a.data<float>(), a.numel() / b.dim(0), false, nullptr, out.data<float>());
-      return;
+      return out;
     }
     if (dtype == DType::kFloat32 || dtype == DType::kBFloat16 || dtype == DType::kFloat16) {
       run_onednn(ctx, a, b, out, p);
-      return;
+      return out;
     }
     dispatch<MATMUL_LOOP_TYPES>(
         dtype, "MatMul", [&]<typename T>() { onednn::matmul_loop(a.data<T>(), b.data<T>(), out.data<T>(), p.batch); });
+    return out;
   }
 
  private:
@@ -272,8 +278,9 @@ class MatMulKernel final : public OpKernel {
   std::optional<WeightStream> stream_;  // B packed, made on the first run with few rows
 };
 
-const KernelRegistration kMatMul{"", "MatMul", 1, kLatestOpset,
-                                 [](const KernelInfo& info) { return std::make_unique<MatMulKernel>(info); }};
+const KernelRegistration kMatMul{"", "MatMul", 1, kLatestOpset, [](const KernelInfo& info) {
+                                   return std::make_unique<MatMulKernel>(info.packable_constant_input(1));
+                                 }};
 
 // ---- Gemm: Y = alpha * A' * B' + beta * C ----
 
@@ -495,82 +502,79 @@ const KernelRegistration kGemm{"", "Gemm", 6, kLatestOpset,
                                [](const KernelInfo& info) { return std::make_unique<GemmKernel>(info); }};
 
 // ---- com.microsoft::FusedMatMul: alpha * op(A) @ op(B), op a transpose of the last two axes ----
-// onnxruntime-training's gradient graphs use it for MatMul's input gradients. A plain loop:
-// those products are the small ones of a backward pass; transBatchA/B (transposes that move
-// the batch axes) are refused.
+// onnxruntime-training's gradient graphs use it for MatMul's input gradients. A transposed
+// operand is copied transposed (O(size), against the product's O(m n k)), then the product
+// runs as MatMul's (oneDNN for the float types), and alpha scales the result.
+// transBatchA/B (transposes that move the batch axes) are refused.
 
-// The element offset of batch index `flat` (over `out_batch`) in an operand with `batch`
-// dims (right-aligned, broadcast where 1), each matrix `matrix` elements.
-int64_t batch_offset(int64_t flat, const Shape& out_batch, const Shape& batch, int64_t matrix) {
-  int64_t offset = 0, stride = matrix;
-  const size_t skip = out_batch.size() - batch.size();
-  for (size_t i = out_batch.size(); i-- > 0;) {
-    const int64_t index = flat % out_batch[i];
-    flat /= out_batch[i];
-    if (i < skip) continue;
-    const int64_t size = batch[i - skip];
-    if (size != 1) offset += index * stride;
-    stride *= size;
-  }
-  return offset;
+// `t` with its last two axes swapped, in a scratch buffer.
+Tensor transposed_last_two(KernelContext& ctx, const Tensor& t) {
+  Shape shape = t.shape();
+  const size_t r = shape.size();
+  std::swap(shape[r - 1], shape[r - 2]);
+  Tensor out = ctx.allocate_scratch(t.dtype(), shape);
+  const int64_t rows = t.dim(static_cast<int64_t>(r) - 2), cols = t.dim(static_cast<int64_t>(r) - 1);
+  const int64_t matrices = rows * cols == 0 ? 0 : t.numel() / (rows * cols);
+  dispatch_by_size(dtype_size(t.dtype()), [&]<typename U>() {
+    const U* in = static_cast<const U*>(t.raw_data());
+    U* o = static_cast<U*>(out.raw_data());
+    parallel_for(matrices, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t m = begin; m < end; ++m) {
+        const U* src = in + m * rows * cols;
+        U* dst = o + m * rows * cols;
+        for (int64_t i = 0; i < rows; ++i)
+          for (int64_t j = 0; j < cols; ++j) dst[j * rows + i] = src[i * cols + j];
+      }
+    });
+  });
+  return out;
 }
 
-template <typename T>
-void fused_matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, T alpha, Tensor& y,
-                  const Shape& out_batch) {
-  const size_t ra = a.rank(), rb = b.rank();
-  const int64_t m = trans_a ? a.dim(ra - 1) : a.dim(ra - 2), k = trans_a ? a.dim(ra - 2) : a.dim(ra - 1);
-  const int64_t n = trans_b ? b.dim(rb - 2) : b.dim(rb - 1);
-  const Shape a_batch(a.shape().begin(), a.shape().end() - 2), b_batch(b.shape().begin(), b.shape().end() - 2);
-  int64_t batches = 1;
-  for (int64_t d : out_batch) batches *= d;
-  const T* pa = a.data<T>();
-  const T* pb = b.data<T>();
-  T* py = y.data<T>();
-  for (int64_t batch = 0; batch < batches; ++batch) {
-    const T* ma = pa + batch_offset(batch, out_batch, a_batch, m * k);
-    const T* mb = pb + batch_offset(batch, out_batch, b_batch, k * n);
-    T* my = py + batch * m * n;
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) {
-        T sum = 0;
-        for (int64_t l = 0; l < k; ++l)
-          sum += (trans_a ? ma[l * m + i] : ma[i * k + l]) * (trans_b ? mb[j * k + l] : mb[l * n + j]);
-        my[i * n + j] = alpha * sum;
-      }
+class FusedMatMulKernel final : public OpKernel {
+ public:
+  explicit FusedMatMulKernel(const KernelInfo& info)
+      : trans_a_(info.bool_attribute("transA", false)),
+        trans_b_(info.bool_attribute("transB", false)),
+        alpha_(info.float_attribute("alpha", 1.0f)),
+        matmul_(trans_b_ ? nullptr : info.packable_constant_input(1)) {
+    if (info.bool_attribute("transBatchA", false) || info.bool_attribute("transBatchB", false)) {
+      info.fail("transBatchA and transBatchB are not supported");
     }
   }
-}
+
+  void compute(KernelContext& ctx) override {
+    const Tensor& a = ctx.input(0);
+    const Tensor& b = ctx.input(1);
+    check_same_dtype(ctx, a, b, "A", "B");
+    if (a.rank() < 2 || b.rank() < 2) ctx.fail("A and B need 2 axes at least");
+    const int64_t k_a = trans_a_ ? a.dim(a.rank() - 2) : a.dim(a.rank() - 1);
+    const int64_t k_b = trans_b_ ? b.dim(b.rank() - 1) : b.dim(b.rank() - 2);
+    if (k_a != k_b) {
+      ctx.fail("op(A) " + shape_string(a.shape()) + " and op(B) " + shape_string(b.shape()) +
+               " do not chain (inner sizes " + std::to_string(k_a) + " and " + std::to_string(k_b) + ")");
+    }
+    Tensor& y =
+        matmul_.multiply(ctx, trans_a_ ? transposed_last_two(ctx, a) : a, trans_b_ ? transposed_last_two(ctx, b) : b);
+    if (alpha_ == 1.0f) return;
+    dispatch<float, double, Float16, BFloat16>(y.dtype(), "FusedMatMul", [&]<typename T>() {
+      using C = compute_type_t<T>;
+      T* v = y.data<T>();
+      const C alpha = static_cast<C>(alpha_);
+      parallel_for(y.numel(), 32768, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) v[i] = static_cast<T>(alpha * C(v[i]));
+      });
+    });
+  }
+
+ private:
+  bool trans_a_, trans_b_;
+  float alpha_;
+  MatMulKernel matmul_;
+};
 
 const KernelRegistration kMicrosoftFusedMatMul{
-    "com.microsoft", "FusedMatMul", 1, kLatestOpset, [](const KernelInfo& info) {
-      if (info.bool_attribute("transBatchA", false) || info.bool_attribute("transBatchB", false)) {
-        info.fail("transBatchA and transBatchB are not supported");
-      }
-      const bool trans_a = info.bool_attribute("transA", false), trans_b = info.bool_attribute("transB", false);
-      const float alpha = info.float_attribute("alpha", 1.0f);
-      return make_kernel([=](KernelContext& ctx) {
-        const Tensor& a = ctx.input(0);
-        const Tensor& b = ctx.input(1);
-        check_same_dtype(ctx, a, b, "A", "B");
-        if (a.rank() < 2 || b.rank() < 2) ctx.fail("A and B need 2 axes at least");
-        const int64_t k_a = trans_a ? a.dim(a.rank() - 2) : a.dim(a.rank() - 1);
-        const int64_t k_b = trans_b ? b.dim(b.rank() - 1) : b.dim(b.rank() - 2);
-        if (k_a != k_b) {
-          ctx.fail("op(A) " + shape_string(a.shape()) + " and op(B) " + shape_string(b.shape()) +
-                   " do not chain (inner sizes " + std::to_string(k_a) + " and " + std::to_string(k_b) + ")");
-        }
-        const Shape a_batch(a.shape().begin(), a.shape().end() - 2), b_batch(b.shape().begin(), b.shape().end() - 2);
-        Shape out = broadcast_shapes(a_batch, b_batch);
-        const Shape out_batch = out;
-        out.push_back(trans_a ? a.dim(a.rank() - 1) : a.dim(a.rank() - 2));
-        out.push_back(trans_b ? b.dim(b.rank() - 2) : b.dim(b.rank() - 1));
-        Tensor& y = ctx.allocate_output(0, a.dtype(), out);
-        dispatch<float, double>(a.dtype(), "FusedMatMul", [&]<typename T>() {
-          fused_matmul<T>(a, b, trans_a, trans_b, static_cast<T>(alpha), y, out_batch);
-        });
-      });
-    }};
+    "com.microsoft", "FusedMatMul", 1, kLatestOpset,
+    [](const KernelInfo& info) { return std::make_unique<FusedMatMulKernel>(info); }};
 
 // TransposeMatMul: FusedMatMul's older name, the same attributes.
 const KernelRegistration kMicrosoftTransposeMatMul{

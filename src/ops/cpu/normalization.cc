@@ -1,5 +1,6 @@
 // Normalizations: BatchNormalization (inference and training mode), LayerNormalization,
-// InstanceNormalization, GroupNormalization, LpNormalization and RMSNormalization.
+// InstanceNormalization, GroupNormalization, LpNormalization and RMSNormalization, and
+// onnxruntime-training's SimplifiedLayerNormalization (its RMSNorm) with its gradient.
 //
 // All run plain loops: statistics in two passes (the mean, then the mean squared
 // deviation, which stays accurate when the mean is large), then one affine pass
@@ -614,6 +615,145 @@ class RMSNormKernel final : public OpKernel {
 const KernelRegistration kRMSNormalization{"", "RMSNormalization", 23, kLatestOpset, [](const KernelInfo& info) {
                                              return std::make_unique<RMSNormKernel>(info);
                                            }};
+
+// ---- onnxruntime's SimplifiedLayerNormalization and its gradient ----
+
+// The rows of X over axes [axis, rank), and scale, which spans exactly those axes (as ORT's
+// kernels require).
+struct SimplifiedRows {
+  int64_t rows = 0, cols = 0;
+  size_t axis = 0;
+};
+
+SimplifiedRows simplified_rows(KernelContext& ctx, int64_t axis, const Tensor& x, const Tensor& scale) {
+  check_float(ctx, x, "X");
+  const auto rank = static_cast<int64_t>(x.rank());
+  if (axis < -rank || axis >= rank) {
+    ctx.fail("axis " + std::to_string(axis) + " is out of range for X " + shape_string(x.shape()) + " (expected -" +
+             std::to_string(rank) + " to " + std::to_string(rank - 1) + ")");
+  }
+  SimplifiedRows r;
+  r.axis = static_cast<size_t>(axis < 0 ? axis + rank : axis);
+  const Shape normalized(x.shape().begin() + static_cast<int64_t>(r.axis), x.shape().end());
+  if (scale.dtype() != x.dtype() || scale.shape() != normalized) {
+    ctx.fail("scale is " + std::string(dtype_name(scale.dtype())) + shape_string(scale.shape()) + "; expected " +
+             std::string(dtype_name(x.dtype())) + shape_string(normalized) + ", X's axes from " +
+             std::to_string(r.axis));
+  }
+  r.rows = shape_size(std::span(x.shape()).first(r.axis));
+  r.cols = shape_size(normalized);
+  return r;
+}
+
+// The shape of the per-row statistic: X's, with 1 for each normalized axis.
+Shape statistic_shape(const Tensor& x, size_t axis) {
+  Shape shape = x.shape();
+  for (size_t i = axis; i < shape.size(); ++i) shape[i] = 1;
+  return shape;
+}
+
+// SimplifiedLayerNormalization <axis = -1, epsilon = 1e-5, stash_type = 1> (X, scale) =>
+// (Y, inv_std_var?): Y = X / sqrt(mean(X^2) + epsilon) * scale over axes [axis, rank), as
+// ORT's CPU kernel computes it: each square in X's type, summed in double, the division and
+// the product with scale in double; inv_std_var (float, double for double X) is
+// 1 / sqrt(mean(X^2) + epsilon), shaped like X with the normalized axes 1.
+const KernelRegistration kSimplifiedLayerNormalization{
+    "", "SimplifiedLayerNormalization", 1, kLatestOpset, [](const KernelInfo& info) {
+      const int64_t axis = info.int_attribute("axis", -1);
+      const double epsilon = info.float_attribute("epsilon", 1e-5f);
+      return make_kernel([axis, epsilon](KernelContext& ctx) {
+        const Tensor& x = ctx.input(0);
+        const Tensor& scale = ctx.input(1);
+        const SimplifiedRows r = simplified_rows(ctx, axis, x, scale);
+        Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
+        const DType stat_type = x.dtype() == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+        Tensor inv = ctx.has_output(1) ? ctx.allocate_output(1, stat_type, statistic_shape(x, r.axis)) : Tensor();
+        dispatch<float, double, Float16, BFloat16>(x.dtype(), "SimplifiedLayerNormalization", [&]<typename T>() {
+          using C = compute_type_t<T>;
+          using U = std::conditional_t<std::is_same_v<T, double>, double, float>;
+          const T* xv = x.data<T>();
+          const T* sv = scale.data<T>();
+          T* yv = y.data<T>();
+          U* iv = inv.defined() ? inv.data<U>() : nullptr;
+          parallel_for(
+              r.rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, r.cols)), [&](int64_t begin, int64_t end) {
+                for (int64_t row = begin; row < end; ++row) {
+                  const T* xr = xv + row * r.cols;
+                  T* yr = yv + row * r.cols;
+                  double squares = 0;
+                  for (int64_t j = 0; j < r.cols; ++j) {
+                    const C v = C(xr[j]);
+                    squares += static_cast<double>(static_cast<C>(v * v));
+                  }
+                  const double root = std::sqrt(squares / static_cast<double>(r.cols) + epsilon);
+                  for (int64_t j = 0; j < r.cols; ++j) {
+                    yr[j] = static_cast<T>(static_cast<C>(static_cast<double>(C(xr[j])) / root * double(C(sv[j]))));
+                  }
+                  if (iv) iv[row] = static_cast<U>(1 / root);
+                }
+              });
+        });
+      });
+    }};
+
+// com.microsoft::SimplifiedLayerNormalizationGrad <axis, epsilon> (dY, X, scale, inv_std_var)
+// => (dX, dScale): with r the saved inv_std_var of a row, x^ = x r and g = dY scale,
+// dX = r (g - x^ mean(g x^)) and dScale = sum over rows of dY x^. Per row in double.
+const KernelRegistration kMicrosoftSimplifiedLayerNormalizationGrad{
+    "com.microsoft", "SimplifiedLayerNormalizationGrad", 1, kLatestOpset, [](const KernelInfo& info) {
+      const int64_t axis = info.int_attribute("axis", -1);
+      return make_kernel([axis](KernelContext& ctx) {
+        const Tensor& dy = ctx.input(0);
+        const Tensor& x = ctx.input(1);
+        const Tensor& scale = ctx.input(2);
+        const Tensor& inv = ctx.input(3);
+        const SimplifiedRows r = simplified_rows(ctx, axis, x, scale);
+        if (dy.dtype() != x.dtype() || dy.shape() != x.shape()) {
+          ctx.fail("dY is " + std::string(dtype_name(dy.dtype())) + shape_string(dy.shape()) + "; expected " +
+                   std::string(dtype_name(x.dtype())) + shape_string(x.shape()) + " like X");
+        }
+        if (!is_floating(inv.dtype()) || inv.numel() != r.rows) {
+          ctx.fail("inv_std_var is " + std::string(dtype_name(inv.dtype())) + shape_string(inv.shape()) +
+                   "; expected one floating-point value per row of X (" + std::to_string(r.rows) + ")");
+        }
+        Tensor& dx = ctx.allocate_output(0, x.dtype(), x.shape());
+        const std::vector<double> inv_std = values_as<double>(inv, "inv_std_var");
+        dispatch<float, double, Float16, BFloat16>(x.dtype(), "SimplifiedLayerNormalizationGrad", [&]<typename T>() {
+          using C = compute_type_t<T>;
+          const T *g = dy.data<T>(), *xv = x.data<T>(), *sv = scale.data<T>();
+          T* out = dx.data<T>();
+          parallel_for(
+              r.rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, r.cols)), [&](int64_t begin, int64_t end) {
+                for (int64_t row = begin; row < end; ++row) {
+                  const int64_t at = row * r.cols;
+                  const double ri = inv_std[static_cast<size_t>(row)];
+                  double dot = 0;  // sum of g x^
+                  for (int64_t j = 0; j < r.cols; ++j) {
+                    dot += double(C(g[at + j])) * double(C(sv[j])) * (double(C(xv[at + j])) * ri);
+                  }
+                  const double mean = dot / static_cast<double>(r.cols);
+                  for (int64_t j = 0; j < r.cols; ++j) {
+                    const double gj = double(C(g[at + j])) * double(C(sv[j]));
+                    out[at + j] = static_cast<T>(static_cast<C>(ri * (gj - double(C(xv[at + j])) * ri * mean)));
+                  }
+                }
+              });
+          if (!ctx.has_output(1)) return;
+          T* ds = ctx.allocate_output(1, scale.dtype(), scale.shape()).data<T>();
+          parallel_for(r.cols, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, r.rows)),
+                       [&](int64_t begin, int64_t end) {
+                         for (int64_t j = begin; j < end; ++j) {
+                           double sum = 0;
+                           for (int64_t row = 0; row < r.rows; ++row) {
+                             const int64_t at = row * r.cols + j;
+                             sum += double(C(g[at])) * double(C(xv[at])) * inv_std[static_cast<size_t>(row)];
+                           }
+                           ds[j] = static_cast<T>(static_cast<C>(sum));
+                         }
+                       });
+        });
+      });
+    }};
 
 }  // namespace
 }  // namespace onnxtrain

@@ -5,13 +5,16 @@
 // the updates straight into the caller's tensors. Scalar coefficients are computed in
 // double as the bodies do; element-wise arithmetic runs in the parameter's type (float for
 // the 16-bit floats) in the bodies' order. tests/python/training/test_artifacts.py runs
-// each kernel against its body.
+// each kernel against its body. The file is compiled with -ffp-contract=off (CMakeLists.txt):
+// a fused multiply-add would round differently from the bodies and from onnxruntime-training,
+// whose AdamW adam_mode 1 this file reproduces bit for bit.
 #include <cmath>
 #include <string>
 #include <type_traits>
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "ops/cpu/adamw.h"
 #include "ops/cpu/multiversion.h"
 #include "ops/kernel_registry.h"
 
@@ -88,11 +91,12 @@ struct AdamWCoefficients {
   double decay, keep_g1, keep_g2, beta2, epsilon, step_size, bc2_sqrt;
 };
 
-// AdamWStep's update of elements [begin, end): every operation rounds to T as the body's
-// do (a no-op for float and double). The outputs may be the inputs (in place), element for
-// element: `omp simd` tells the vectorizer that this is no dependency between iterations,
-// and the file is compiled with -fno-math-errno (CMakeLists.txt) so that sqrt needs no
-// scalar errno path either (sqrt is correctly rounded either way).
+// AdamWStep's update of elements [begin, end) in adam_mode 0 (torch.optim.AdamW): every
+// operation rounds to T as the body's do (a no-op for float and double). The outputs may be
+// the inputs (in place), element for element: `omp simd` tells the vectorizer that this is
+// no dependency between iterations, and the file is compiled with -fno-math-errno
+// (CMakeLists.txt) so that sqrt needs no scalar errno path either (sqrt is correctly rounded
+// either way).
 template <typename T>
 ONNXTRAIN_MULTIVERSIONED void adamw_step_range(const AdamWCoefficients& k, const T* p, const T* g, const T* m,
                                                const T* v, T* p1, T* m1, T* v1, int64_t begin, int64_t end) {
@@ -114,30 +118,95 @@ ONNXTRAIN_MULTIVERSIONED void adamw_step_range(const AdamWCoefficients& k, const
   }
 }
 
+// adam_mode 1's coefficients (ops/cpu/adamw.h): values of S (float or double), held in double
+// (which holds a float exactly); the range rounds each to T once, as the body's
+// CastLike (s_..., p) do.
+struct HuggingFaceCoefficients {
+  double beta1, beta2, keep1, keep2, epsilon, rate, lr_wd;
+};
+
+template <typename S>
+HuggingFaceCoefficients huggingface_coefficients(const AdamWHyperparameters& h, S lr, int64_t step) {
+  S beta1 = static_cast<S>(h.beta1), beta2 = static_cast<S>(h.beta2);
+  // GCC 12 at -O2 with -fno-math-errno drops the rounding to float of a value that also
+  // reaches std::pow as a double (it returned beta1 = 0.9, not 0.9f; test_artifacts.py's
+  // float64 adam_mode 1 cases caught it). The empty asm makes the rounded values opaque.
+  asm("" : "+m"(beta1), "+m"(beta2));
+  S bc1 = 1, bc2 = 1;
+  if (h.bias_correction) {
+    const auto t = static_cast<double>(step);
+    bc1 = S(1) - static_cast<S>(std::pow(static_cast<double>(beta1), t));
+    bc2 = S(1) - static_cast<S>(std::pow(static_cast<double>(beta2), t));
+  }
+  const S rate = lr * (std::sqrt(bc2) / bc1);
+  const S lr_wd = lr * static_cast<S>(h.weight_decay);
+  return {beta1, beta2, S(1) - beta1, S(1) - beta2, static_cast<S>(h.epsilon), rate, lr_wd};
+}
+
+// adam_mode 1's update of elements [begin, end), in ORT's order; every operation rounds to
+// T. The outputs may be the inputs.
+template <typename T>
+ONNXTRAIN_MULTIVERSIONED void adamw_huggingface_range(const HuggingFaceCoefficients& k, const T* p, const T* g,
+                                                      const T* m, const T* v, T* p1, T* m1, T* v1, int64_t begin,
+                                                      int64_t end) {
+  using C = compute_type_t<T>;
+  // A float held in double converts to C exactly; C to T rounds once (a no-op unless T is 16-bit).
+  const auto to_t = [](double x) { return C(T(static_cast<C>(x))); };
+  const C beta1 = to_t(k.beta1), beta2 = to_t(k.beta2), keep1 = to_t(k.keep1), keep2 = to_t(k.keep2),
+          eps = to_t(k.epsilon), rate = to_t(k.rate), lr_wd = to_t(k.lr_wd);
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    const C gi = C(g[i]);
+    const C m_next = C(T(C(T(beta1 * C(m[i]))) + C(T(keep1 * gi))));
+    const C v_next = C(T(C(T(beta2 * C(v[i]))) + C(T(C(T(keep2 * gi)) * gi))));
+    const C denominator = C(T(C(T(std::sqrt(v_next))) + eps));
+    const C updated = C(T(C(p[i]) - C(T(C(T(rate * m_next)) / denominator))));
+    p1[i] = static_cast<T>(updated - C(T(lr_wd * updated)));
+    m1[i] = static_cast<T>(m_next);
+    v1[i] = static_cast<T>(v_next);
+  }
+}
+
 const KernelRegistration kAdamWStep{
     kDomain, "AdamWStep", 1, kLatestOpset, [](const KernelInfo& info) {
-      const double beta1 = scalar_attribute(info, "beta1");
-      const double beta2 = scalar_attribute(info, "beta2");
-      const double epsilon = scalar_attribute(info, "epsilon");
-      const double weight_decay = scalar_attribute(info, "weight_decay");
-      const bool bias_correction = info.bool_attribute("bias_correction", true);
+      AdamWHyperparameters h;
+      h.beta1 = scalar_attribute(info, "beta1");
+      h.beta2 = scalar_attribute(info, "beta2");
+      h.epsilon = scalar_attribute(info, "epsilon");
+      h.weight_decay = scalar_attribute(info, "weight_decay");
+      h.bias_correction = info.bool_attribute("bias_correction", true);
+      const int64_t mode = info.int_attribute("adam_mode", 0);
+      if (mode != 0 && mode != 1) {
+        info.fail("adam_mode must be 0 (torch.optim.AdamW) or 1 (Hugging Face's, onnxruntime-training's), got " +
+                  std::to_string(mode));
+      }
       return make_kernel([=](KernelContext& ctx) {
+        const Tensor& lr_tensor = ctx.input(0);
         const double lr = scalar_input(ctx, 0, "the learning rate");
-        const auto step = static_cast<double>(step_input(ctx, 1));
+        const int64_t step = step_input(ctx, 1);
         const Tensor& param = ctx.input(2);
         check_like(ctx, param, 3, "the gradient");
         check_like(ctx, param, 4, "the first moment");
         check_like(ctx, param, 5, "the second moment");
-        const double bc1 = bias_correction ? 1 - std::pow(beta1, step) : 1;
-        const double bc2 = bias_correction ? 1 - std::pow(beta2, step) : 1;
-        const AdamWCoefficients k{1 - lr * weight_decay, 1 - beta1, 1 - beta2, beta2, epsilon, lr / bc1,
-                                  std::sqrt(bc2)};
         const Tensor& grad = ctx.input(3);
         const Tensor& m_in = ctx.input(4);
         const Tensor& v_in = ctx.input(5);
         Tensor& p_out = ctx.allocate_output_in_place(0, 2, param.dtype(), param.shape());
         Tensor& m_out = ctx.allocate_output_in_place(1, 4, param.dtype(), param.shape());
         Tensor& v_out = ctx.allocate_output_in_place(2, 5, param.dtype(), param.shape());
+        if (mode == 1) {
+          if (!is_floating(lr_tensor.dtype())) ctx.fail("the learning rate must be a floating-point scalar");
+          const DType scalar_type = lr_tensor.dtype() == DType::kFloat64 ? DType::kFloat64 : DType::kFloat32;
+          adamw_huggingface_update(h, scalar_type, lr, step, param.dtype(), param.raw_data(), grad.raw_data(),
+                                   m_in.raw_data(), v_in.raw_data(), p_out.raw_data(), m_out.raw_data(),
+                                   v_out.raw_data(), param.numel());
+          return;
+        }
+        const auto t = static_cast<double>(step);
+        const double bc1 = h.bias_correction ? 1 - std::pow(h.beta1, t) : 1;
+        const double bc2 = h.bias_correction ? 1 - std::pow(h.beta2, t) : 1;
+        const AdamWCoefficients k{1 - lr * h.weight_decay, 1 - h.beta1, 1 - h.beta2, h.beta2, h.epsilon, lr / bc1,
+                                  std::sqrt(bc2)};
         dispatch<OPTIMIZER_FLOAT_TYPES>(param.dtype(), "AdamWStep", [&]<typename T>() {
           const T *p = param.data<T>(), *g = grad.data<T>(), *m = m_in.data<T>(), *v = v_in.data<T>();
           T *p1 = p_out.data<T>(), *m1 = m_out.data<T>(), *v1 = v_out.data<T>();
@@ -240,4 +309,21 @@ const KernelRegistration kSGDMomentumStep{
     }};
 
 }  // namespace
+
+void adamw_huggingface_update(const AdamWHyperparameters& h, DType scalar_type, double lr, int64_t step, DType dtype,
+                              const void* p, const void* g, const void* m, const void* v, void* p1, void* m1, void* v1,
+                              int64_t n) {
+  const HuggingFaceCoefficients k = scalar_type == DType::kFloat64
+                                        ? huggingface_coefficients<double>(h, lr, step)
+                                        : huggingface_coefficients<float>(h, static_cast<float>(lr), step);
+  dispatch<OPTIMIZER_FLOAT_TYPES>(dtype, "AdamW (adam_mode 1)", [&]<typename T>() {
+    const auto *pp = static_cast<const T*>(p), *gp = static_cast<const T*>(g), *mp = static_cast<const T*>(m),
+               *vp = static_cast<const T*>(v);
+    auto *p1p = static_cast<T*>(p1), *m1p = static_cast<T*>(m1), *v1p = static_cast<T*>(v1);
+    parallel_for(n, kGrain, [&](int64_t begin, int64_t end) {
+      adamw_huggingface_range(k, pp, gp, mp, vp, p1p, m1p, v1p, begin, end);
+    });
+  });
+}
+
 }  // namespace onnxtrain

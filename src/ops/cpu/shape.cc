@@ -1,6 +1,6 @@
 // Shape and data-movement kernels: Reshape, Flatten, Squeeze, Unsqueeze, Transpose, Concat,
 // Split, Slice, Expand, Tile, Pad, Trilu, Shape, Size, Range, ConstantOfShape, Constant,
-// EyeLike.
+// EyeLike, and onnxruntime-training's ConcatTraining and SplitTraining.
 //
 // These ops move elements without looking at them, so most kernels work on element
 // *sizes*, not types: one copy routine (copy_strided) serves every dtype. Ops whose result
@@ -540,6 +540,31 @@ const KernelRegistration kSplit{
           output_strided(ctx, k, x, std::move(out_shape), view);
         }
       });
+    }};
+
+// onnxruntime-training's pair: com.microsoft::ConcatTraining <axis> (inputs...) =>
+// (concat_result, per_input_length?) is Concat, and the length of each input along axis
+// (int64), which the backward pass's SplitTraining (input, split) <axis> => (outputs...)
+// takes as its split sizes: Split with sizes from an input, as Split-13. Both run the
+// kernels above, made for the node as it stands.
+const KernelRegistration kMicrosoftConcatTraining{
+    "com.microsoft", "ConcatTraining", 1, kLatestOpset, [](const KernelInfo& info) {
+      const int64_t axis_attribute = info.int_attribute("axis");
+      std::shared_ptr<OpKernel> concat = KernelRegistry::global().find("", "Concat", 13)->create(info);
+      return make_kernel([concat, axis_attribute](KernelContext& ctx) {
+        concat->compute(ctx);
+        if (!ctx.has_output(1)) return;
+        const auto axis = normalize_axis(ctx, axis_attribute, static_cast<int64_t>(ctx.input(0).rank()));
+        const auto n = static_cast<int64_t>(ctx.input_count());
+        int64_t* lengths = ctx.allocate_output(1, DType::kInt64, {n}).data<int64_t>();
+        for (int64_t k = 0; k < n; ++k) lengths[k] = ctx.input(static_cast<size_t>(k)).dim(axis);
+      });
+    }};
+
+const KernelRegistration kMicrosoftSplitTraining{
+    "com.microsoft", "SplitTraining", 1, kLatestOpset, [](const KernelInfo& info) {
+      if (!info.has_input(1)) info.fail("the 'split' input (the size of each output) is required");
+      return KernelRegistry::global().find("", "Split", 13)->create(info);
     }};
 
 // ---------------------------------------------------------------------------------------

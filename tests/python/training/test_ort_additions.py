@@ -90,9 +90,9 @@ def train_torch(make_optimizer, max_norm: float | None) -> tuple[list[float], di
 
 MAX_NORM = 25.0
 CLIPPED = {
-    "adamw-block": (lambda: optim.AdamW(clip_grad=optim.ClipGradNorm(MAX_NORM)), {},
+    "adamw-block": (lambda: optim.AdamW(clip_grad=optim.ClipGradNorm(MAX_NORM), mode="torch"), {},
                     lambda p: torch.optim.AdamW(p, lr=0.05, eps=1e-6, weight_decay=0.0), 0.05),
-    "adamw-argument": (lambda: artifacts.OptimType.AdamW, {"clip_grad": MAX_NORM},
+    "adamw-argument": (lambda: optim.AdamW(mode="torch"), {"clip_grad": MAX_NORM},
                        lambda p: torch.optim.AdamW(p, lr=0.05, eps=1e-6, weight_decay=0.0), 0.05),
     "sgd-block": (lambda: optim.SGD(optim.ClipGradNorm(MAX_NORM)), {},
                   lambda p: torch.optim.SGD(p, lr=0.05), 0.05),
@@ -110,13 +110,14 @@ def test_gradient_clipping_matches_torch_clip_grad_norm(case, tmp_path) -> None:
     for name in WEIGHTS:
         np.testing.assert_allclose(our_params[name], their_params[name], rtol=2e-5, atol=2e-6, err_msg=name)
     # Without clipping the run differs: the clip took effect.
-    unclipped, _ = train_onnxtrain(tmp_path / "plain", optim.SGD() if "sgd" in case else optim.AdamW(), lr)
+    unclipped, _ = train_onnxtrain(tmp_path / "plain", optim.SGD() if "sgd" in case else optim.AdamW(mode="torch"), lr)
     assert not np.allclose(unclipped, ours, rtol=1e-3)
 
 
 def test_clipped_optimizer_model_is_plain_onnx(tmp_path) -> None:
     artifacts.generate_artifacts(mlp(), requires_grad=list(WEIGHTS), loss=artifacts.LossType.MSELoss,
-                                 optimizer=optim.AdamW(clip_grad=optim.ClipGradNorm(1.0)), artifact_directory=tmp_path)
+                                 optimizer=optim.AdamW(clip_grad=optim.ClipGradNorm(1.0), mode="torch"),
+                                 artifact_directory=tmp_path)
     model = onnx.load(tmp_path / "optimizer_model.onnx")
     onnx.checker.check_model(model, full_check=True)
     ops = [n.op_type for n in model.graph.node]

@@ -30,7 +30,7 @@ STEPS = 200
 
 OPTIMIZERS = {
     # torch's AdamW defaults, which are not onnxtrain's (those are onnxruntime-training's).
-    "adamw": (optim.AdamW(eps=1e-8, weight_decay=0.01), 1e-3,
+    "adamw": (optim.AdamW(eps=1e-8, weight_decay=0.01, mode="torch"), 1e-3,
               lambda params: torch.optim.AdamW(params, lr=1e-3, weight_decay=0.01)),
     "sgd-momentum": (optim.SGD(momentum=0.9), 0.01,
                      lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9)),

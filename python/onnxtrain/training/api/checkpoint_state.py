@@ -182,17 +182,31 @@ class CheckpointState:
         checkpoint_uri: str | os.PathLike[str],
         include_optimizer_state: bool = False,
         format: str = "onnxtrain",
+        *,
+        external_data: bool | None = None,
     ) -> None:
         """Saves parameters and properties (and the optimizer state when asked) atomically.
 
         A process killed while saving leaves the previous file at ``checkpoint_uri`` intact.
         ``format="ort"`` writes the ODTC flatbuffer that onnxruntime-training 1.19.2 loads;
-        the default is onnxtrain's safetensors file.
+        the default is onnxtrain's safetensors file. In ORT's format the tensors go to the
+        external data file ``<checkpoint_uri>.data`` when ORT would put them there: the state
+        was loaded from such a checkpoint, or holds 1800 MiB or more (one flatbuffer holds
+        at most 2 GB). ``external_data=True`` writes them there in any case; ``False`` only
+        when the size asks for it.
         """
         if not isinstance(state, CheckpointState):
             raise TypeError(f"save_checkpoint takes a CheckpointState, not {type(state).__name__}")
-        _C.save_checkpoint(state._state, _path("save_checkpoint: checkpoint_uri", checkpoint_uri),
-                           include_optimizer_state, format)
+        if external_data is not None and format != "ort":
+            raise ValueError("save_checkpoint: external_data applies to format='ort' only")
+        had_external_data = state._state.has_external_data
+        if external_data is not None:
+            state._state.has_external_data = bool(external_data)
+        try:
+            _C.save_checkpoint(state._state, _path("save_checkpoint: checkpoint_uri", checkpoint_uri),
+                               include_optimizer_state, format)
+        finally:
+            state._state.has_external_data = had_external_data
         logger.info("saved checkpoint %s (%s format)%s", os.fspath(checkpoint_uri), format,
                     " with the optimizer state" if include_optimizer_state else "")
 

@@ -1,9 +1,10 @@
 """Optimizer blocks, as ``onnxruntime.training.onnxblock.optim`` names them.
 
 Pass one as ``generate_artifacts(..., optimizer=AdamW(weight_decay=0.01))``; the optimizer
-model then updates the parameters as ``torch.optim`` does with the same options (the defaults
-are onnxruntime-training 1.19.2's). ``ClipGradNorm`` clips the gradients first. As a block
-it builds that optimizer model for the parameters it is called with::
+model then updates the parameters as onnxruntime-training 1.19.2 does with the same options
+(its defaults too); ``AdamW(mode="torch")`` and ``SGD`` follow ``torch.optim``.
+``ClipGradNorm`` clips the gradients first. As a block it builds that optimizer model for
+the parameters it is called with::
 
     with onnxblock.empty_base():
         adamw = AdamW()
@@ -169,12 +170,21 @@ class _Optimizer(Block):
         return self._model
 
 
-class AdamW(_Optimizer):
-    """torch.optim.AdamW's update: decoupled weight decay, bias-corrected moments (switchable).
+_ADAMW_MODES = ("huggingface", "torch")
 
-    The defaults are onnxruntime-training 1.19.2's (``eps=1e-6``, ``weight_decay=0.0``), not
-    torch's (``1e-8``, ``0.01``). ``clip_grad``: a ``ClipGradNorm`` that clips the gradients
-    before each update (a float is taken as its ``max_norm``).
+
+class AdamW(_Optimizer):
+    """AdamW: decoupled weight decay, bias-corrected moments (switchable).
+
+    The defaults are onnxruntime-training 1.19.2's: its update rule, ``mode="huggingface"``
+    (Hugging Face's AdamW, which ORT's ``generate_artifacts`` writes: epsilon is added to
+    ``sqrt(v)`` before the bias correction, which scales the learning rate, and the weight
+    decay comes after the update; computed as ORT's kernel computes it, so float32 runs match
+    ORT's bit for bit), ``eps=1e-6`` and ``weight_decay=0.0``. ``mode="torch"`` is
+    ``torch.optim.AdamW``'s rule (epsilon added to the bias-corrected ``sqrt(v)``, weight
+    decay before the update); torch's own defaults are ``eps=1e-8, weight_decay=0.01``.
+    ``clip_grad``: a ``ClipGradNorm`` that clips the gradients before each update (a float is
+    taken as its ``max_norm``).
     """
 
     def __init__(
@@ -184,10 +194,16 @@ class AdamW(_Optimizer):
         eps: float = 1e-6,
         weight_decay: float = 0.0,
         clip_grad: Union[ClipGradNorm, float, None] = None,
+        *,
+        mode: str = "huggingface",
     ) -> None:
         super().__init__()
         if len(betas) != 2:
             raise ValueError(f"betas must be a pair, got {betas!r}")
+        if mode not in _ADAMW_MODES:
+            raise ValueError(f"AdamW: mode must be 'huggingface' (onnxruntime-training's rule) or 'torch' "
+                             f"(torch.optim.AdamW's), got {mode!r}")
+        self.mode: str = mode
         self.bias_correction: bool = bool(bias_correction)
         self.betas: tuple[float, float] = (float(betas[0]), float(betas[1]))
         self.eps: float = float(eps)
@@ -198,6 +214,7 @@ class AdamW(_Optimizer):
     def _options(self) -> dict:
         return {
             "optimizer": "adamw",
+            "adam_mode": self.mode,
             "bias_correction": self.bias_correction,
             "beta1": self.betas[0],
             "beta2": self.betas[1],
@@ -208,7 +225,7 @@ class AdamW(_Optimizer):
 
     def __repr__(self) -> str:
         return (f"AdamW(bias_correction={self.bias_correction}, betas={self.betas}, eps={self.eps}, "
-                f"weight_decay={self.weight_decay}, clip_grad={self.clip_grad!r})")
+                f"weight_decay={self.weight_decay}, clip_grad={self.clip_grad!r}, mode={self.mode!r})")
 
 
 class SGD(_Optimizer):
