@@ -288,7 +288,7 @@ Shape reshape_target(const KernelContext& ctx, const Shape& in, const std::vecto
 }
 
 // Reshape-5+: the shape is input 1; allowzero (14+) makes 0 a real zero-size dimension.
-const KernelRegistration kReshape{"", "Reshape", 5, kLatestOpset, {.host_inputs = {1}}, [](const KernelInfo& info) {
+const KernelRegistration kReshape{"", "Reshape", 5, kLatestOpset, {.host_inputs = {1}, .packed_types = true}, [](const KernelInfo& info) {
                                     const bool allow_zero = info.int_attribute("allowzero", 0) != 0;
                                     return make_kernel([allow_zero](KernelContext& ctx) {
                                       const Tensor& x = ctx.input(0);
@@ -298,7 +298,7 @@ const KernelRegistration kReshape{"", "Reshape", 5, kLatestOpset, {.host_inputs 
                                     });
                                   }};
 
-const KernelRegistration kFlatten{"", "Flatten", 1, kLatestOpset, [](const KernelInfo& info) {
+const KernelRegistration kFlatten{"", "Flatten", 1, kLatestOpset, {.packed_types = true}, [](const KernelInfo& info) {
                                     const int64_t axis = info.int_attribute("axis", 1);
                                     return make_kernel([axis](KernelContext& ctx) {
                                       const Tensor& x = ctx.input(0);
@@ -351,8 +351,9 @@ KernelFactory squeeze_factory(bool axes_is_input) {
   };
 }
 
-const KernelRegistration kSqueeze1{"", "Squeeze", 1, 12, squeeze_factory(false)};
-const KernelRegistration kSqueeze13{"", "Squeeze", 13, kLatestOpset, {.host_inputs = {1}}, squeeze_factory(true)};
+const KernelRegistration kSqueeze1{"", "Squeeze", 1, 12, {.packed_types = true}, squeeze_factory(false)};
+const KernelRegistration kSqueeze13{"", "Squeeze", 13, kLatestOpset, {.host_inputs = {1}, .packed_types = true},
+                                    squeeze_factory(true)};
 
 KernelFactory unsqueeze_factory(bool axes_is_input) {
   return [axes_is_input](const KernelInfo& info) {
@@ -373,8 +374,9 @@ KernelFactory unsqueeze_factory(bool axes_is_input) {
   };
 }
 
-const KernelRegistration kUnsqueeze1{"", "Unsqueeze", 1, 12, unsqueeze_factory(false)};
-const KernelRegistration kUnsqueeze13{"", "Unsqueeze", 13, kLatestOpset, {.host_inputs = {1}}, unsqueeze_factory(true)};
+const KernelRegistration kUnsqueeze1{"", "Unsqueeze", 1, 12, {.packed_types = true}, unsqueeze_factory(false)};
+const KernelRegistration kUnsqueeze13{"", "Unsqueeze", 13, kLatestOpset, {.host_inputs = {1}, .packed_types = true},
+                                      unsqueeze_factory(true)};
 
 // ---------------------------------------------------------------------------------------
 // Transpose
@@ -929,7 +931,7 @@ const KernelRegistration kEyeLike{"", "EyeLike", 9, kLatestOpset, [](const Kerne
 // Shape, Size, Range, ConstantOfShape, Constant
 
 const KernelRegistration kShape{
-    "", "Shape", 1, kLatestOpset, [](const KernelInfo& info) {
+    "", "Shape", 1, kLatestOpset, {.packed_types = true}, [](const KernelInfo& info) {
       const int64_t start_attribute = info.opset() >= 15 ? info.int_attribute("start", 0) : 0;
       std::optional<int64_t> end_attribute;
       if (info.opset() >= 15 && info.has_attribute("end")) end_attribute = info.int_attribute("end");
@@ -944,7 +946,7 @@ const KernelRegistration kShape{
       });
     }};
 
-const KernelRegistration kSize{"", "Size", 1, kLatestOpset, [](const KernelInfo&) {
+const KernelRegistration kSize{"", "Size", 1, kLatestOpset, {.packed_types = true}, [](const KernelInfo&) {
                                  return make_kernel([](KernelContext& ctx) {
                                    Tensor& out = ctx.allocate_output(0, DType::kInt64, {});
                                    *out.data<int64_t>() = ctx.input(0).numel();
