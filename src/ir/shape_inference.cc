@@ -104,6 +104,11 @@ std::optional<int64_t> product(const Shape& s, size_t begin, size_t end) {
   return n;
 }
 
+// Input i's shape, when known.
+std::optional<Shape> input_shape(const Context& c, size_t i) {
+  return c.shape(i) ? std::optional(*c.shape(i)) : std::nullopt;
+}
+
 void same_as_input_to(Context& c, size_t output) {
   c.set(output, c.dtype(0), c.shape(0) ? std::optional(*c.shape(0)) : std::nullopt);
 }
@@ -116,10 +121,9 @@ void elementwise(Context& c, DType dtype, size_t first = 0) {
   c.set(0, dtype, broadcast(shapes));
 }
 
-void matmul(Context& c) {
-  const Shape* a = c.shape(0);
-  const Shape* b = c.shape(1);
-  if (!a || !b || a->empty() || b->empty()) return c.set(0, c.dtype(0));
+// The shape of MatMul(a, b) (numpy's rules), when both shapes are known.
+std::optional<Shape> matmul_shape(const Shape* a, const Shape* b) {
+  if (!a || !b || a->empty() || b->empty()) return std::nullopt;
   Shape sa = *a, sb = *b;
   const bool a_vector = sa.size() == 1, b_vector = sb.size() == 1;
   if (a_vector) sa.insert(sa.begin(), known(1));
@@ -129,8 +133,10 @@ void matmul(Context& c) {
   Shape out = *batch;
   if (!a_vector) out.push_back(sa[sa.size() - 2]);
   if (!b_vector) out.push_back(sb.back());
-  c.set(0, c.dtype(0), out);
+  return out;
 }
+
+void matmul(Context& c) { c.set(0, c.dtype(0), matmul_shape(c.shape(0), c.shape(1))); }
 
 void gemm(Context& c) {
   const Shape* a = c.shape(0);
@@ -148,7 +154,8 @@ void windowed(Context& c, bool transposed) {
   const size_t spatial = x->size() - 2;
   Dim channels = (*x)[1];
   std::vector<int64_t> kernel = c.ints_attribute("kernel_shape").value_or(std::vector<int64_t>{});
-  const Shape* w = (op == "Conv" || op == "ConvTranspose") ? c.shape(1) : nullptr;
+  const bool has_weights = op == "Conv" || op == "ConvTranspose" || op == "ConvInteger" || op == "QLinearConv";
+  const Shape* w = has_weights ? c.shape(op == "QLinearConv" ? 3 : 1) : nullptr;
   if (w && w->size() == x->size()) {
     if (kernel.empty()) {
       for (size_t i = 2; i < w->size(); ++i) kernel.push_back((*w)[i].value.value_or(-1));
@@ -574,6 +581,31 @@ const std::unordered_map<std::string, Rule>& rules() {
     t["Attention"] = attention;
     t["RMSNormalization"] = [](Context& c) { c.set(0, c.dtype(1), c.shape(0) ? std::optional(*c.shape(0)) : std::nullopt); };
     t["OneHot"] = [](Context& c) { c.set(0, c.dtype(2)); };
+    t["QuantizeLinear"] = [](Context& c) {  // output_dtype, else the zero point's type, else uint8
+      const int64_t to = c.int_attribute("output_dtype").value_or(0);
+      const bool zero_point = c.input_count() > 2 && !c.node().inputs[2].empty();
+      c.set(0, to ? static_cast<DType>(to) : zero_point ? c.dtype(2) : DType::kUInt8, input_shape(c, 0));
+    };
+    t["DequantizeLinear"] = [](Context& c) {  // output_dtype, else the scale's type
+      const int64_t to = c.int_attribute("output_dtype").value_or(0);
+      c.set(0, to ? static_cast<DType>(to) : c.dtype(1), input_shape(c, 0));
+    };
+    t["DynamicQuantizeLinear"] = [](Context& c) {
+      c.set(0, DType::kUInt8, input_shape(c, 0));
+      c.set(1, DType::kFloat32, Shape{});
+      c.set(2, DType::kUInt8, Shape{});
+    };
+    t["MatMulInteger"] = [](Context& c) { c.set(0, DType::kInt32, matmul_shape(c.shape(0), c.shape(1))); };
+    // (a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point)
+    t["QLinearMatMul"] = [](Context& c) { c.set(0, c.dtype(7), matmul_shape(c.shape(0), c.shape(3))); };
+    t["ConvInteger"] = [](Context& c) {
+      windowed(c, false);
+      c.set(0, DType::kInt32, c.outputs()[0].shape);
+    };
+    t["QLinearConv"] = [](Context& c) {
+      windowed(c, false);
+      c.set(0, c.dtype(7), c.outputs()[0].shape);
+    };
     t["EyeLike"] = [](Context& c) {
       const auto dtype = c.int_attribute("dtype");
       c.set(0, dtype ? static_cast<DType>(*dtype) : c.dtype(0), c.shape(0) ? std::optional(*c.shape(0)) : std::nullopt);
