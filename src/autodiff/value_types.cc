@@ -14,7 +14,7 @@ const std::set<std::string_view> kSameAsInput = {
     "HardSwish", "Hardmax", "Identity", "InstanceNormalization", "IsInf", "IsNaN", "LayerNormalization", "LeakyRelu",
     "Log", "LogSoftmax", "LpNormalization", "Mish", "Neg", "Not", "Reciprocal", "Relu", "Round", "Selu", "Shrink",
     "Sigmoid", "Sign", "Sin", "Sinh", "Softmax", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh", "ThresholdedRelu",
-    "Trilu", "RMSNormalization", "RotaryEmbedding", "LRN", "BitwiseNot",
+    "Trilu", "RMSNormalization", "RotaryEmbedding", "LRN", "BitwiseNot", "QuantizeLinear", "DequantizeLinear",
     // org.onnxtrain ops: fused GELU; gradients have their value's shape.
     "GeluTanh", "ReluGrad", "SigmoidGrad", "TanhGrad", "GeluGrad", "GeluTanhGrad", "SoftmaxGrad", "LogSoftmaxGrad"};
 
@@ -174,6 +174,7 @@ void ValueTypes::infer(const ir::Node& node) {
       break;
     }
   }
+  const DType output_dtype = dtype_from_onnx(static_cast<int32_t>(int_attribute(node, "output_dtype", 0)));
   if (op == "Cast")
     first = dtype_from_onnx(static_cast<int32_t>(int_attribute(node, "to", 0)));
   else if (op == "CastLike")
@@ -182,6 +183,10 @@ void ValueTypes::infer(const ir::Node& node) {
     first = dtype(input(1));
   else if (op == "OneHot")
     first = dtype(input(2));
+  else if (op == "QuantizeLinear")  // output_dtype, else the zero point's type, else uint8
+    first = output_dtype != DType::kUndefined ? output_dtype : input(2).empty() ? DType::kUInt8 : dtype(input(2));
+  else if (op == "DequantizeLinear")  // output_dtype, else the scale's type
+    first = output_dtype != DType::kUndefined ? output_dtype : dtype(input(1));
   else if (kBoolResult.contains(op))
     first = DType::kBool;
   else if (kInt64Result.contains(op))
