@@ -192,6 +192,8 @@ ConvGeometry conv_transpose_geometry(KernelContext& ctx, const ConvAttributes& a
 
 // ---- oneDNN path ----
 
+}  // namespace
+
 memory::dims to_dims(const std::vector<int64_t>& v) {
   return memory::dims(v.begin(), v.end());
 }
@@ -213,6 +215,8 @@ memory::desc weights_desc(const ConvGeometry& g, memory::data_type type, bool tr
   strides.insert(strides.end(), kernel_strides.begin(), kernel_strides.end());
   return memory::desc(dims, type, strides);
 }
+
+namespace {
 
 // A prepared convolution: the primitive, the layouts it computes in, and the constant
 // weights already in its layout.
@@ -250,13 +254,15 @@ PreparedConv finish_prepare(const PrimitiveDesc& pd, dnnl::primitive primitive, 
   return p;
 }
 
-// oneDNN wants dilation as the number of skipped elements (ONNX dilation - 1), and does
-// not take negative pads (the caller clamps those and crops).
+}  // namespace
+
 memory::dims dilation_dims(const ConvGeometry& g) {
   memory::dims d;
   for (int64_t v : g.dilations) d.push_back(v - 1);
   return d;
 }
+
+namespace {
 
 // The channel-blocked layout (nCw16c, nChw16c, nCdhw16c) for a tensor of `rank` dims.
 memory::format_tag blocked_tag(size_t rank) {

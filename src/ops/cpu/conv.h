@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ops/cpu/onednn.h"
 #include "ops/cpu/window.h"
 #include "ops/kernel.h"
 
@@ -46,5 +47,12 @@ struct ConvGeometry {
 // Checks the shapes of X [N, C, spatial...] and W [M, C / group, kernel...] against the
 // attributes and resolves the geometry of a Conv; the element types are the caller's to check.
 ConvGeometry conv_geometry(KernelContext& ctx, const ConvAttributes& attrs, const Tensor& x, const Tensor& w);
+
+onednn::memory::dims to_dims(const std::vector<int64_t>& v);
+// Weights as oneDNN sees them, over ONNX's bytes (see conv.cc).
+onednn::memory::desc weights_desc(const ConvGeometry& g, onednn::memory::data_type type, bool transpose);
+// oneDNN wants dilation as the number of skipped elements (ONNX dilation - 1), and does
+// not take negative pads (the caller clamps those and crops).
+onednn::memory::dims dilation_dims(const ConvGeometry& g);
 
 }  // namespace onnxtrain

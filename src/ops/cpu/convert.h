@@ -147,29 +147,21 @@ struct Narrow {
   }
 };
 
-struct Int4 {
-  static constexpr DType kDType = DType::kInt4;
+template <bool kSigned>
+struct FourBitInteger {
+  static constexpr DType kDType = kSigned ? DType::kInt4 : DType::kUInt4;
   using Value = int32_t;
   static constexpr bool kStandard = false;
   static constexpr bool kPacked = true;
-  static int32_t read(const void* data, int64_t i) { return packed::int4_value(packed::get(data, i)); }
+  static int32_t read(const void* data, int64_t i) { return packed::get_int(data, i, kSigned); }
   template <typename V>
   static uint8_t bits(V v, const Options&) {
     return int4_bits(v);
   }
 };
 
-struct UInt4 {
-  static constexpr DType kDType = DType::kUInt4;
-  using Value = int32_t;
-  static constexpr bool kStandard = false;
-  static constexpr bool kPacked = true;
-  static int32_t read(const void* data, int64_t i) { return packed::uint4_value(packed::get(data, i)); }
-  template <typename V>
-  static uint8_t bits(V v, const Options&) {
-    return int4_bits(v);
-  }
-};
+using Int4 = FourBitInteger<true>;
+using UInt4 = FourBitInteger<false>;
 
 struct Float4E2M1 {
   static constexpr DType kDType = DType::kFloat4E2M1;

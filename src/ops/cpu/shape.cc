@@ -122,36 +122,6 @@ struct Odometer {
   }
 };
 
-// Transposes blocks: dst[i * dst_row + j] = src[i + j * src_col] for i < rows, j < cols.
-// Works in 8 x 8 tiles through a local buffer: each tile reads 8 source rows and writes 8
-// destination rows, so even power-of-two strides (which map every row to one cache set)
-// stay within the L1 cache's associativity.
-template <typename U>
-void transpose_block(U* dst, const U* src, int64_t rows, int64_t cols, int64_t dst_row, int64_t src_col) {
-  constexpr int64_t kTile = 8;
-  U tile[kTile][kTile];
-  for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
-    const int64_t nj = std::min(kTile, cols - j0);
-    for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
-      const int64_t ni = std::min(kTile, rows - i0);
-      if (ni == kTile && nj == kTile) {
-        for (int64_t j = 0; j < kTile; ++j) {
-          const U* s = src + i0 + (j0 + j) * src_col;
-          for (int64_t i = 0; i < kTile; ++i) tile[i][j] = s[i];
-        }
-        for (int64_t i = 0; i < kTile; ++i) {
-          U* d = dst + (i0 + i) * dst_row + j0;
-          for (int64_t j = 0; j < kTile; ++j) d[j] = tile[i][j];
-        }
-        continue;
-      }
-      for (int64_t i = 0; i < ni; ++i) {
-        for (int64_t j = 0; j < nj; ++j) dst[(i0 + i) * dst_row + j0 + j] = src[i0 + i + (j0 + j) * src_col];
-      }
-    }
-  }
-}
-
 // The transpose path: the source's unit-stride axis `p` is not the output's last axis, so
 // the copy reads the (p, last) plane of every batch position as a tiled 2-D transpose.
 template <typename U>
