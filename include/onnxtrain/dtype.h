@@ -29,8 +29,8 @@ enum class DType : int32_t {
   kFloat8E4M3FNUZ = 18,
   kFloat8E5M2 = 19,
   kFloat8E5M2FNUZ = 20,
-  kUInt4 = 21,  // packed: two per byte, element 2i in the low half of byte i
-  kInt4 = 22,   // packed, as kUInt4
+  kUInt4 = 21,       // packed: two per byte, element 2i in the low half of byte i
+  kInt4 = 22,        // packed, as kUInt4
   kFloat4E2M1 = 23,  // packed, as kUInt4
   kFloat8E8M0 = 24,
 };
@@ -41,7 +41,9 @@ size_t dtype_bits(DType dtype) noexcept;
 // types onnxtrain cannot hold in a tensor.
 size_t dtype_size(DType dtype) noexcept;
 // The bytes `count` elements occupy (packed types round up to whole bytes).
-inline size_t dtype_bytes(DType dtype, size_t count) noexcept { return (count * dtype_bits(dtype) + 7) / 8; }
+inline size_t dtype_bytes(DType dtype, size_t count) noexcept {
+  return (count * dtype_bits(dtype) + 7) / 8;
+}
 // The ONNX spelling: "float", "int64", "bfloat16", "float8e4m3fn", ...
 std::string_view dtype_name(DType dtype) noexcept;
 // True for the element types a Tensor can hold.

@@ -31,7 +31,9 @@ enum class Specials {
 };
 
 // 2^k as a float, for k in [-126, 127].
-constexpr float pow2(int k) { return std::bit_cast<float>(static_cast<uint32_t>(k + 127) << 23); }
+constexpr float pow2(int k) {
+  return std::bit_cast<float>(static_cast<uint32_t>(k + 127) << 23);
+}
 
 // A signed format of 1 sign bit, E exponent bits and M mantissa bits (E + M <= 7).
 template <int E, int M, int Bias, Specials S>
@@ -59,8 +61,9 @@ struct Format {
       }
     }
     const uint32_t exponent = field >> M, mantissa = field & ((1u << M) - 1);
-    const float magnitude = exponent == 0 ? static_cast<float>(mantissa) * pow2(1 - Bias - M)
-                                          : std::bit_cast<float>(((exponent - Bias + 127) << 23) | (mantissa << (23 - M)));
+    const float magnitude = exponent == 0
+                                ? static_cast<float>(mantissa) * pow2(1 - Bias - M)
+                                : std::bit_cast<float>(((exponent - Bias + 127) << 23) | (mantissa << (23 - M)));
     return negative ? -magnitude : magnitude;
   }
 

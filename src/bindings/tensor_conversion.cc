@@ -112,7 +112,9 @@ HostArray host_array(nb::handle value, const std::string& what) {
               ErrorKind::kInvalidArgument);
 }
 
-bool numpy_lacks(DType dtype) { return dtype == DType::kBFloat16 || is_narrow_float(dtype) || is_packed(dtype); }
+bool numpy_lacks(DType dtype) {
+  return dtype == DType::kBFloat16 || is_narrow_float(dtype) || is_packed(dtype);
+}
 
 Tensor borrow_array(const HostArray& array, const std::string& what, DType as) {
   const DType dtype = dtype_from_dlpack(array.dtype());

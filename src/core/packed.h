@@ -14,8 +14,12 @@ inline uint8_t get(const void* data, int64_t i) {
 }
 
 // The value of int4 bits (two's complement) and of uint4 bits.
-inline int32_t int4_value(uint8_t bits) { return static_cast<int32_t>(bits ^ 8u) - 8; }
-inline int32_t uint4_value(uint8_t bits) { return bits; }
+inline int32_t int4_value(uint8_t bits) {
+  return static_cast<int32_t>(bits ^ 8u) - 8;
+}
+inline int32_t uint4_value(uint8_t bits) {
+  return bits;
+}
 
 // Element i's value as an integer, for int4 (`is_signed`) or uint4.
 inline int32_t get_int(const void* data, int64_t i, bool is_signed) {

@@ -1,4 +1,5 @@
 #include <onnxtrain/tensor.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -6,8 +7,6 @@
 #include <limits>
 #include <mutex>
 #include <vector>
-
-#include <sys/mman.h>
 
 #include "core/dispatch.h"
 #include "core/packed.h"
@@ -221,7 +220,8 @@ void Tensor::throw_type_mismatch(DType requested) const {
 std::vector<int64_t> Tensor::to_int64_vector() const {
   if (dtype_ == DType::kInt4 || dtype_ == DType::kUInt4) {
     std::vector<int64_t> out(static_cast<size_t>(numel()));
-    for (size_t i = 0; i < out.size(); ++i) out[i] = packed::get_int(raw_data(), static_cast<int64_t>(i), dtype_ == DType::kInt4);
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = packed::get_int(raw_data(), static_cast<int64_t>(i), dtype_ == DType::kInt4);
     return out;
   }
   return dispatch<ONNXTRAIN_NUMERIC_TYPES, bool>(dtype_, "to_int64_vector", [&]<typename T>() {

@@ -136,7 +136,9 @@ std::optional<Shape> matmul_shape(const Shape* a, const Shape* b) {
   return out;
 }
 
-void matmul(Context& c) { c.set(0, c.dtype(0), matmul_shape(c.shape(0), c.shape(1))); }
+void matmul(Context& c) {
+  c.set(0, c.dtype(0), matmul_shape(c.shape(0), c.shape(1)));
+}
 
 void gemm(Context& c) {
   const Shape* a = c.shape(0);

@@ -28,10 +28,10 @@ TEST(BFloat16, KeepsTheTopSixteenBits) {
 TEST(Float8, RoundsToNearestEvenAndSaturatesAsTheSpecSays) {
   // E4M3FN: 448 is the largest finite value, 464 the tie between 448 and 480 (NaN's pattern).
   EXPECT_EQ(Float8E4M3FN(448.0f).bits, 0x7e);
-  EXPECT_EQ(Float8E4M3FN(464.0f).bits, 0x7e);  // ties to even
+  EXPECT_EQ(Float8E4M3FN(464.0f).bits, 0x7e);                                // ties to even
   EXPECT_EQ(Float8E4M3FNFormat::encode(470.0f, /*saturate=*/false), 0x7fu);  // NaN
   EXPECT_EQ(Float8E4M3FNFormat::encode(-1e9f, true), 0xfeu);
-  EXPECT_EQ(Float8E4M3FN(0.001953125f).bits, 0x01);  // 2^-9, the smallest subnormal
+  EXPECT_EQ(Float8E4M3FN(0.001953125f).bits, 0x01);   // 2^-9, the smallest subnormal
   EXPECT_EQ(Float8E4M3FN(0.0009765625f).bits, 0x00);  // half of it: ties to even (zero)
   // E5M2 keeps infinities when not saturating; the FNUZ formats have no -0 and one NaN.
   EXPECT_EQ(Float8E5M2Format::encode(std::numeric_limits<float>::infinity(), false), 0x7cu);

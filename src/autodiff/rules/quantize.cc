@@ -45,7 +45,8 @@ QuantLayout quant_layout(GradientContext& g) {
   if (!x_rank) g.fail("the rank of input '" + g.input(0) + "' is unknown; declare it in value_info");
   const auto rank = static_cast<int64_t>(*x_rank);
   int64_t axis = g.attr_int("axis", 1);
-  if (axis < -rank || axis >= rank) g.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
+  if (axis < -rank || axis >= rank)
+    g.fail("axis " + std::to_string(axis) + " is out of range for rank " + std::to_string(rank));
   layout.axis = axis < 0 ? axis + rank : axis;
   layout.granularity = layout.block_size > 0 ? Granularity::kBlocked : Granularity::kAxis;
   return layout;
@@ -101,17 +102,27 @@ std::pair<double, double> quantized_range(GradientContext& g) {
     to = static_cast<DType>(code);
   }
   switch (to) {
-    case DType::kUInt8: return {0, 255};
-    case DType::kInt8: return {-128, 127};
-    case DType::kUInt16: return {0, 65535};
-    case DType::kInt16: return {-32768, 32767};
-    case DType::kUInt4: return {0, 15};
-    case DType::kInt4: return {-8, 7};
-    case DType::kFloat8E4M3FN: return {-448, 448};
-    case DType::kFloat8E4M3FNUZ: return {-240, 240};
+    case DType::kUInt8:
+      return {0, 255};
+    case DType::kInt8:
+      return {-128, 127};
+    case DType::kUInt16:
+      return {0, 65535};
+    case DType::kInt16:
+      return {-32768, 32767};
+    case DType::kUInt4:
+      return {0, 15};
+    case DType::kInt4:
+      return {-8, 7};
+    case DType::kFloat8E4M3FN:
+      return {-448, 448};
+    case DType::kFloat8E4M3FNUZ:
+      return {-240, 240};
     case DType::kFloat8E5M2:
-    case DType::kFloat8E5M2FNUZ: return {-57344, 57344};
-    case DType::kFloat4E2M1: return {-6, 6};
+    case DType::kFloat8E5M2FNUZ:
+      return {-57344, 57344};
+    case DType::kFloat4E2M1:
+      return {-6, 6};
     default:
       g.fail("the output type " + std::string(dtype_name(to)) +
              " is unknown or not a quantized type; declare the zero point's type");
@@ -128,8 +139,8 @@ void quantize_linear(GradientContext& g) {
   std::string v = g.emit("Round", {scaled});
   if (g.has_input(2)) v = g.emit("Add", {v, broadcastable(g, g.cast_like(g.input(2), x), layout)});
   const auto [lo, hi] = quantized_range(g);
-  const std::string inside = g.emit("And", {g.emit("GreaterOrEqual", {v, g.scalar(lo, x)}),
-                                            g.emit("LessOrEqual", {v, g.scalar(hi, x)})});
+  const std::string inside =
+      g.emit("And", {g.emit("GreaterOrEqual", {v, g.scalar(lo, x)}), g.emit("LessOrEqual", {v, g.scalar(hi, x)})});
   const std::string zero = g.scalar(0.0, x);
   const std::string dq_x = g.cast_like(dq, x);
   const std::string through = g.emit("Where", {inside, g.emit("Div", {dq_x, scale}), zero});  // dq / scale inside

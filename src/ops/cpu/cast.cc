@@ -31,7 +31,8 @@ void cast(KernelContext& ctx, DType to, const convert::Options& options) {
       } else {
         const void* in = x.raw_data();
         convert::parallel_pairs(x.numel(), elementwise::kGrain, [&](int64_t begin, int64_t end) {
-          convert::write_range<To>(out.raw_data(), begin, end, [in](int64_t i) { return From::read(in, i); }, options);
+          convert::write_range<To>(
+              out.raw_data(), begin, end, [in](int64_t i) { return From::read(in, i); }, options);
         });
       }
     });
@@ -66,11 +67,11 @@ const KernelRegistration kCast{
       return make_kernel([to, options = cast_options(info)](KernelContext& ctx) { cast(ctx, to, options); });
     }};
 
-const KernelRegistration kCastLike{"", "CastLike", 15, kLatestOpset, {.packed_types = true}, [](const KernelInfo& info) {
-                                     return make_kernel([options = cast_options(info)](KernelContext& ctx) {
-                                       cast(ctx, ctx.input(1).dtype(), options);
-                                     });
-                                   }};
+const KernelRegistration kCastLike{
+    "", "CastLike", 15, kLatestOpset, {.packed_types = true}, [](const KernelInfo& info) {
+      return make_kernel(
+          [options = cast_options(info)](KernelContext& ctx) { cast(ctx, ctx.input(1).dtype(), options); });
+    }};
 
 }  // namespace
 }  // namespace onnxtrain

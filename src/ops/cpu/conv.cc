@@ -5,6 +5,8 @@
 // layouts oneDNN prefers (blocked, e.g. nChw16c): the input is reordered in and the output
 // out per run, and a constant weight tensor is reordered once per shape. float16 runs
 // there through float32; float64 runs a direct loop.
+#include "ops/cpu/conv.h"
+
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -12,7 +14,6 @@
 #include <optional>
 
 #include "core/dispatch.h"
-#include "ops/cpu/conv.h"
 #include "ops/cpu/onednn.h"
 #include "ops/cpu/pool.h"
 #include "ops/cpu/weight_stream.h"

@@ -225,13 +225,13 @@ decltype(auto) dispatch_element(DType dtype, std::string_view what, F&& f) {
 }
 
 // Accessor lists.
-#define ONNXTRAIN_STANDARD_ELEMENTS                                                                             \
-  convert::Standard<float>, convert::Standard<double>, convert::Standard<Float16>, convert::Standard<BFloat16>, \
-      convert::Standard<int8_t>, convert::Standard<int16_t>, convert::Standard<int32_t>,                        \
-      convert::Standard<int64_t>, convert::Standard<uint8_t>, convert::Standard<uint16_t>,                      \
-      convert::Standard<uint32_t>, convert::Standard<uint64_t>, convert::Standard<bool>
-#define ONNXTRAIN_FLOAT8_ELEMENTS                                                                    \
-  convert::Narrow<Float8E4M3FN>, convert::Narrow<Float8E4M3FNUZ>, convert::Narrow<Float8E5M2>,       \
+#define ONNXTRAIN_STANDARD_ELEMENTS                                                                                  \
+  convert::Standard<float>, convert::Standard<double>, convert::Standard<Float16>, convert::Standard<BFloat16>,      \
+      convert::Standard<int8_t>, convert::Standard<int16_t>, convert::Standard<int32_t>, convert::Standard<int64_t>, \
+      convert::Standard<uint8_t>, convert::Standard<uint16_t>, convert::Standard<uint32_t>,                          \
+      convert::Standard<uint64_t>, convert::Standard<bool>
+#define ONNXTRAIN_FLOAT8_ELEMENTS                                                              \
+  convert::Narrow<Float8E4M3FN>, convert::Narrow<Float8E4M3FNUZ>, convert::Narrow<Float8E5M2>, \
       convert::Narrow<Float8E5M2FNUZ>, convert::Narrow<Float8E8M0>
 #define ONNXTRAIN_PACKED_ELEMENTS convert::Int4, convert::UInt4, convert::Float4E2M1
 #define ONNXTRAIN_ALL_ELEMENTS ONNXTRAIN_STANDARD_ELEMENTS, ONNXTRAIN_FLOAT8_ELEMENTS, ONNXTRAIN_PACKED_ELEMENTS

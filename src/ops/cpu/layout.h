@@ -48,7 +48,8 @@ inline void transpose_16x16_bytes(uint8_t* dst, int64_t dst_row, const uint8_t* 
   for (int round = 0; round < 4; ++round) {
     for (int i = 0; i < 8; ++i) {
       u[2 * i] = __builtin_shufflevector(r[i], r[i + 8], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-      u[2 * i + 1] = __builtin_shufflevector(r[i], r[i + 8], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+      u[2 * i + 1] =
+          __builtin_shufflevector(r[i], r[i + 8], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
     }
     std::memcpy(r, u, sizeof r);
   }

@@ -1,6 +1,8 @@
 // Matrix products: MatMul (numpy semantics, batched with broadcasting) and Gemm
 // (transA/transB, alpha, beta, C broadcast). float32 and bfloat16 run on oneDNN's matmul;
 // float16 runs there through float32; float64 and integers run a plain blocked loop.
+#include "ops/cpu/matmul.h"
+
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -8,7 +10,6 @@
 
 #include "core/dispatch.h"
 #include "ops/cpu/broadcast.h"
-#include "ops/cpu/matmul.h"
 #include "ops/cpu/onednn.h"
 #include "ops/cpu/weight_stream.h"
 #include "ops/kernel_registry.h"

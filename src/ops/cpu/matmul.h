@@ -12,9 +12,9 @@ namespace onnxtrain {
 // The problem one MatMul call solves, after numpy's promotion of 1-D operands and with
 // the batch dimensions broadcast and collapsed: a [..., m, k] x b [..., k, n].
 struct MatmulProblem {
-  Shape out;                         // the ONNX output shape
-  onednn::memory::dims a, b, c;      // oneDNN dims (rank 2 or more), equal ranks
-  onednn::MatmulBatch batch;         // the same problem as offsets, for the plain loop
+  Shape out;                     // the ONNX output shape
+  onednn::memory::dims a, b, c;  // oneDNN dims (rank 2 or more), equal ranks
+  onednn::MatmulBatch batch;     // the same problem as offsets, for the plain loop
 };
 
 // The problem of A (a_shape) times B (b_shape); an Error names the node when they do not

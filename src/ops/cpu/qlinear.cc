@@ -54,7 +54,9 @@ bool onednn_int8_is_exact() {
 // Products smaller than this (m * k * n) run the plain loop: oneDNN's call costs more.
 constexpr double kMinOnednnWork = 32768;
 
-bool is_8bit(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
+bool is_8bit(DType t) {
+  return t == DType::kInt8 || t == DType::kUInt8;
+}
 
 // An 8-bit matrix: element (r, c) at data[r * row_stride + c * col_stride].
 struct Matrix8 {
@@ -118,8 +120,8 @@ class IntegerGemm {
   // `b_constant`: B is the same on every run.
   explicit IntegerGemm(bool b_constant = false) : b_constant_(b_constant) {}
 
-  void run(KernelContext& ctx, const Matrix8& a, const Matrix8& b, int64_t m, int64_t k, int64_t n,
-           const ZeroPoint& za, const ZeroPoint& zb, int32_t* c) {
+  void run(KernelContext& ctx, const Matrix8& a, const Matrix8& b, int64_t m, int64_t k, int64_t n, const ZeroPoint& za,
+           const ZeroPoint& zb, int32_t* c) {
     if (m == 0 || n == 0) return;
     const double work = static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
     if (k == 0 || !onednn_int8_is_exact() || work < kMinOnednnWork) {
@@ -356,7 +358,9 @@ class IntegerMatMulKernel final : public OpKernel {
   // `quantized`: QLinearMatMul (inputs a, a_scale, a_zero_point, b, b_scale, b_zero_point,
   // y_scale, y_zero_point); else MatMulInteger (a, b, a_zero_point, b_zero_point).
   IntegerMatMulKernel(const KernelInfo& info, bool quantized)
-      : quantized_(quantized), b_index_(quantized ? 3 : 1), gemm_(is_constant_matrix(info.packable_constant_input(b_index_))) {}
+      : quantized_(quantized),
+        b_index_(quantized ? 3 : 1),
+        gemm_(is_constant_matrix(info.packable_constant_input(b_index_))) {}
 
   // One constant matrix (a batch of them is not one B for every product).
   static bool is_constant_matrix(const Tensor* b) { return b != nullptr && b->rank() <= 2; }
@@ -369,8 +373,7 @@ class IntegerMatMulKernel final : public OpKernel {
     const MatmulProblem p = matmul_problem(ctx, a.shape(), b.shape());
     const int64_t rows = a.rank() >= 2 ? a.dim(-2) : 1;  // of one matrix of A
     const ZeroPoint za = read_zero_point(ctx, 2, a.dtype(), rows, "a_zero_point", "row of A");
-    const ZeroPoint zb =
-        read_zero_point(ctx, quantized_ ? 5 : 3, b.dtype(), p.batch.n, "b_zero_point", "column of B");
+    const ZeroPoint zb = read_zero_point(ctx, quantized_ ? 5 : 3, b.dtype(), p.batch.n, "b_zero_point", "column of B");
     const onednn::MatmulBatch& batch = p.batch;
     const auto batches = static_cast<int64_t>(batch.a_offsets.size());
     Tensor c = quantized_ ? ctx.allocate_scratch(DType::kInt32, p.out) : ctx.allocate_output(0, DType::kInt32, p.out);
@@ -431,7 +434,7 @@ const KernelRegistration kQLinearMatMul{"", "QLinearMatMul", 10, kLatestOpset, [
 // Sizes of one convolution call as matrix products: per image and group, patches
 // [pixels, depth] times weights [depth, per_group].
 struct ConvSizes {
-  int64_t pixels = 1, taps = 1, plane = 1;  // output pixels, kernel taps, input pixels
+  int64_t pixels = 1, taps = 1, plane = 1;         // output pixels, kernel taps, input pixels
   int64_t channels = 0, per_group = 0, depth = 0;  // input channels and outputs per group, taps * channels
   explicit ConvSizes(const ConvGeometry& g) {
     for (size_t i = 0; i < g.spatial(); ++i) {
@@ -451,12 +454,13 @@ template <typename U>
 void transpose(U* dst, const U* src, int64_t rows, int64_t cols, int64_t dst_row, int64_t src_col) {
   constexpr int64_t kBlock = 64;
   const int64_t blocks = (rows + kBlock - 1) / kBlock;
-  parallel_for(blocks, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, kBlock * cols)), [&](int64_t begin, int64_t end) {
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t r0 = b * kBlock;
-      transpose_block(dst + r0 * dst_row, src + r0, std::min(kBlock, rows - r0), cols, dst_row, src_col);
-    }
-  });
+  parallel_for(blocks, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, kBlock * cols)),
+               [&](int64_t begin, int64_t end) {
+                 for (int64_t b = begin; b < end; ++b) {
+                   const int64_t r0 = b * kBlock;
+                   transpose_block(dst + r0 * dst_row, src + r0, std::min(kBlock, rows - r0), cols, dst_row, src_col);
+                 }
+               });
 }
 
 // The patches of one group as rows, tap-major: patches[p, t * channels + c] is channel c of
@@ -515,7 +519,8 @@ Tensor tap_major_weights(const Tensor& w, const ConvSizes& s, int64_t group) {
   auto* out = static_cast<uint8_t*>(b.raw_data());
   for (int64_t m = 0; m < s.per_group; ++m)
     for (int64_t c = 0; c < s.channels; ++c)
-      for (int64_t t = 0; t < s.taps; ++t) out[(t * s.channels + c) * s.per_group + m] = in[(m * s.channels + c) * s.taps + t];
+      for (int64_t t = 0; t < s.taps; ++t)
+        out[(t * s.channels + c) * s.per_group + m] = in[(m * s.channels + c) * s.taps + t];
   return b;
 }
 
@@ -558,7 +563,8 @@ class IntegerConvKernel final : public OpKernel {
       weights_.clear();
       for (int64_t group = 0; group < g.group; ++group) weights_.push_back(tap_major_weights(w, s, group));
     }
-    if (gemms_.size() != static_cast<size_t>(g.group)) gemms_ = std::vector<IntegerGemm>(g.group, IntegerGemm(w_constant_));
+    if (gemms_.size() != static_cast<size_t>(g.group))
+      gemms_ = std::vector<IntegerGemm>(g.group, IntegerGemm(w_constant_));
     Tensor channels_last = ctx.allocate_scratch(x.dtype(), {s.plane, g.c});
     Tensor patches = ctx.allocate_scratch(x.dtype(), {s.pixels, s.depth});
     Tensor product = ctx.allocate_scratch(DType::kInt32, {s.pixels, s.per_group});
@@ -575,7 +581,8 @@ class IntegerConvKernel final : public OpKernel {
         ZeroPoint zw_group;
         zw_group.values.assign(1, zw.at(0));
         if (zw.values.size() > 1) {
-          zw_group.values.assign(zw.values.begin() + group * s.per_group, zw.values.begin() + (group + 1) * s.per_group);
+          zw_group.values.assign(zw.values.begin() + group * s.per_group,
+                                 zw.values.begin() + (group + 1) * s.per_group);
         }
         const Tensor& b = weights_[static_cast<size_t>(group)];
         gemms_[static_cast<size_t>(group)].run(ctx, Matrix8{x.dtype(), patches.raw_data(), s.depth, 1},
@@ -598,7 +605,8 @@ class IntegerConvKernel final : public OpKernel {
           parallel_for(s.pixels, std::max<int64_t>(1, 16384 / std::max<int64_t>(s.per_group, 1)),
                        [&](int64_t begin, int64_t end) {
                          for (int64_t p = begin; p < end; ++p)
-                           q.row(pp + p * s.per_group, s.per_group, bias_values, group_multipliers, rq + p * s.per_group);
+                           q.row(pp + p * s.per_group, s.per_group, bias_values, group_multipliers,
+                                 rq + p * s.per_group);
                        });
           transpose(out.data<T>() + first * s.pixels, rq, s.per_group, s.pixels, s.pixels, s.per_group);
         });
@@ -642,10 +650,11 @@ class IntegerConvKernel final : public OpKernel {
     // (64 x 56 x 56, 3 x 3), against 0.5 ms for one.
     const void* weights_data = w_constant_ ? direct->packed_weights.raw_data() : weights.raw_data();
     for (int64_t image = 0; image < g.n; ++image) {
-      direct->primitive->run(ctx, {{DNNL_ARG_SRC, static_cast<const std::byte*>(src.raw_data()) + image * s.plane * g.c},
-                                   {DNNL_ARG_WEIGHTS, weights_data},
-                                   {DNNL_ARG_DST, dst.data<int32_t>() + image * plane_out * g.m},
-                                   {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &zero_point}});
+      direct->primitive->run(ctx,
+                             {{DNNL_ARG_SRC, static_cast<const std::byte*>(src.raw_data()) + image * s.plane * g.c},
+                              {DNNL_ARG_WEIGHTS, weights_data},
+                              {DNNL_ARG_DST, dst.data<int32_t>() + image * plane_out * g.m},
+                              {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &zero_point}});
     }
     const int32_t* product = dst.data<int32_t>();
     for (int64_t image = 0; image < g.n; ++image) {
@@ -658,9 +667,11 @@ class IntegerConvKernel final : public OpKernel {
         Tensor requantized = ctx.allocate_scratch(out.dtype(), {plane_out, g.m});
         T* rq = requantized.data<T>();
         const int32_t* bias_values = bias ? bias->data<int32_t>() : nullptr;
-        parallel_for(plane_out, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.m, 1)), [&](int64_t begin, int64_t end) {
-          for (int64_t p = begin; p < end; ++p) q.row(pi + p * g.m, g.m, bias_values, multipliers, rq + p * g.m);
-        });
+        parallel_for(plane_out, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.m, 1)),
+                     [&](int64_t begin, int64_t end) {
+                       for (int64_t p = begin; p < end; ++p)
+                         q.row(pi + p * g.m, g.m, bias_values, multipliers, rq + p * g.m);
+                     });
         transpose(out.data<T>() + image * g.m * plane_out, rq, g.m, plane_out, plane_out, g.m);
       });
     }
@@ -721,8 +732,8 @@ class IntegerConvKernel final : public OpKernel {
   std::vector<int64_t> direct_key_;
   onednn::ShapeCache<DirectConv> direct_;
   onednn::PackedConstant packed_w_;  // W in the direct convolution's layouts
-  std::vector<Tensor> weights_;     // per group: W as B, tap-major (kept when W is constant)
-  std::vector<IntegerGemm> gemms_;  // per group: each keeps its weights prepared
+  std::vector<Tensor> weights_;      // per group: W as B, tap-major (kept when W is constant)
+  std::vector<IntegerGemm> gemms_;   // per group: each keeps its weights prepared
 };
 
 const KernelRegistration kConvInteger{"", "ConvInteger", 10, kLatestOpset, [](const KernelInfo& info) {

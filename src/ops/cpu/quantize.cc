@@ -103,11 +103,11 @@ Tensor zero_point_values(KernelContext& ctx, const Tensor* zero_point, const Sha
     std::fill(values, values + out.numel(), 0.0);
     return out;
   }
-  convert::dispatch_element<ONNXTRAIN_ALL_ELEMENTS>(zero_point->dtype(), ctx.node().op_type + " zero point",
-                                                    [&]<typename E>() {
-                                                      for (int64_t i = 0; i < zero_point->numel(); ++i)
-                                                        values[i] = static_cast<double>(E::read(zero_point->raw_data(), i));
-                                                    });
+  convert::dispatch_element<ONNXTRAIN_ALL_ELEMENTS>(
+      zero_point->dtype(), ctx.node().op_type + " zero point", [&]<typename E>() {
+        for (int64_t i = 0; i < zero_point->numel(); ++i)
+          values[i] = static_cast<double>(E::read(zero_point->raw_data(), i));
+      });
   return out;
 }
 
@@ -139,13 +139,18 @@ enum class Precision { kFloat, kFloat16, kBFloat16, kDouble };
 Precision division_precision(DType x, DType scale, int64_t precision_attribute, const KernelInfo* info) {
   if (precision_attribute != 0) {
     switch (static_cast<DType>(precision_attribute)) {
-      case DType::kFloat32: return Precision::kFloat;
-      case DType::kFloat16: return Precision::kFloat16;
-      case DType::kBFloat16: return Precision::kBFloat16;
-      case DType::kFloat64: return Precision::kDouble;
+      case DType::kFloat32:
+        return Precision::kFloat;
+      case DType::kFloat16:
+        return Precision::kFloat16;
+      case DType::kBFloat16:
+        return Precision::kBFloat16;
+      case DType::kFloat64:
+        return Precision::kDouble;
       default:
-        if (info) info->fail("attribute 'precision' is element type " + std::to_string(precision_attribute) +
-                             ", expected float, float16 or bfloat16");
+        if (info)
+          info->fail("attribute 'precision' is element type " + std::to_string(precision_attribute) +
+                     ", expected float, float16 or bfloat16");
         return Precision::kFloat;
     }
   }
@@ -231,7 +236,8 @@ void quantize(const Tensor& x, const Granularity& g, const float* scale, const d
   };
   if constexpr (Target::kPacked) {  // pairs of elements, which may straddle two rows
     convert::parallel_pairs(x.numel(), elementwise::kGrain, [&](int64_t begin, int64_t end) {
-      convert::write_range<Target>(out, begin, end, [&](int64_t e) { return value(e, scale_index(g, e)); }, options);
+      convert::write_range<Target>(
+          out, begin, end, [&](int64_t e) { return value(e, scale_index(g, e)); }, options);
     });
   } else {
     for_each_row(g, [&](int64_t begin, int64_t end, int64_t index, int64_t step) {
@@ -261,9 +267,9 @@ void check_zero_point(KernelContext& ctx, const Tensor* zero_point, const Tensor
   }
 }
 
-#define QUANTIZED_TARGETS                                                                                      \
+#define QUANTIZED_TARGETS                                                                                         \
   convert::Standard<int8_t>, convert::Standard<uint8_t>, convert::Standard<int16_t>, convert::Standard<uint16_t>, \
-      convert::Narrow<Float8E4M3FN>, convert::Narrow<Float8E4M3FNUZ>, convert::Narrow<Float8E5M2>,               \
+      convert::Narrow<Float8E4M3FN>, convert::Narrow<Float8E4M3FNUZ>, convert::Narrow<Float8E5M2>,                \
       convert::Narrow<Float8E5M2FNUZ>, convert::Int4, convert::UInt4, convert::Float4E2M1
 
 class QuantizeLinearKernel final : public OpKernel {
@@ -297,10 +303,14 @@ class QuantizeLinearKernel final : public OpKernel {
           quantize<Source, Target, P>(x, g, scale.data<float>(), zero_point.data<double>(), out.raw_data(), options_);
         };
         switch (precision) {
-          case Precision::kFloat: return run.template operator()<Precision::kFloat>();
-          case Precision::kFloat16: return run.template operator()<Precision::kFloat16>();
-          case Precision::kBFloat16: return run.template operator()<Precision::kBFloat16>();
-          case Precision::kDouble: return run.template operator()<Precision::kDouble>();
+          case Precision::kFloat:
+            return run.template operator()<Precision::kFloat>();
+          case Precision::kFloat16:
+            return run.template operator()<Precision::kFloat16>();
+          case Precision::kBFloat16:
+            return run.template operator()<Precision::kBFloat16>();
+          case Precision::kDouble:
+            return run.template operator()<Precision::kDouble>();
         }
       });
     });
@@ -314,8 +324,9 @@ class QuantizeLinearKernel final : public OpKernel {
 };
 
 const KernelRegistration kQuantizeLinear{
-    "", "QuantizeLinear", 10, kLatestOpset, {.packed_types = true},
-    [](const KernelInfo& info) { return std::make_unique<QuantizeLinearKernel>(info); }};
+    "", "QuantizeLinear", 10, kLatestOpset, {.packed_types = true}, [](const KernelInfo& info) {
+      return std::make_unique<QuantizeLinearKernel>(info);
+    }};
 
 // ---- DequantizeLinear ----
 
@@ -389,8 +400,9 @@ class DequantizeLinearKernel final : public OpKernel {
 };
 
 const KernelRegistration kDequantizeLinear{
-    "", "DequantizeLinear", 10, kLatestOpset, {.packed_types = true},
-    [](const KernelInfo& info) { return std::make_unique<DequantizeLinearKernel>(info); }};
+    "", "DequantizeLinear", 10, kLatestOpset, {.packed_types = true}, [](const KernelInfo& info) {
+      return std::make_unique<DequantizeLinearKernel>(info);
+    }};
 
 // ---- DynamicQuantizeLinear ----
 

@@ -258,15 +258,15 @@ Shape reshape_target(const KernelContext& ctx, const Shape& in, const std::vecto
 }
 
 // Reshape-5+: the shape is input 1; allowzero (14+) makes 0 a real zero-size dimension.
-const KernelRegistration kReshape{"", "Reshape", 5, kLatestOpset, {.host_inputs = {1}, .packed_types = true}, [](const KernelInfo& info) {
-                                    const bool allow_zero = info.int_attribute("allowzero", 0) != 0;
-                                    return make_kernel([allow_zero](KernelContext& ctx) {
-                                      const Tensor& x = ctx.input(0);
-                                      const std::vector<int64_t> requested = required_ints(ctx, 1, "shape");
-                                      ctx.set_output(0,
-                                                     x.reshaped(reshape_target(ctx, x.shape(), requested, allow_zero)));
-                                    });
-                                  }};
+const KernelRegistration kReshape{
+    "", "Reshape", 5, kLatestOpset, {.host_inputs = {1}, .packed_types = true}, [](const KernelInfo& info) {
+      const bool allow_zero = info.int_attribute("allowzero", 0) != 0;
+      return make_kernel([allow_zero](KernelContext& ctx) {
+        const Tensor& x = ctx.input(0);
+        const std::vector<int64_t> requested = required_ints(ctx, 1, "shape");
+        ctx.set_output(0, x.reshaped(reshape_target(ctx, x.shape(), requested, allow_zero)));
+      });
+    }};
 
 const KernelRegistration kFlatten{"", "Flatten", 1, kLatestOpset, {.packed_types = true}, [](const KernelInfo& info) {
                                     const int64_t axis = info.int_attribute("axis", 1);
@@ -322,8 +322,8 @@ KernelFactory squeeze_factory(bool axes_is_input) {
 }
 
 const KernelRegistration kSqueeze1{"", "Squeeze", 1, 12, {.packed_types = true}, squeeze_factory(false)};
-const KernelRegistration kSqueeze13{"", "Squeeze", 13, kLatestOpset, {.host_inputs = {1}, .packed_types = true},
-                                    squeeze_factory(true)};
+const KernelRegistration kSqueeze13{
+    "", "Squeeze", 13, kLatestOpset, {.host_inputs = {1}, .packed_types = true}, squeeze_factory(true)};
 
 KernelFactory unsqueeze_factory(bool axes_is_input) {
   return [axes_is_input](const KernelInfo& info) {
@@ -345,8 +345,8 @@ KernelFactory unsqueeze_factory(bool axes_is_input) {
 }
 
 const KernelRegistration kUnsqueeze1{"", "Unsqueeze", 1, 12, {.packed_types = true}, unsqueeze_factory(false)};
-const KernelRegistration kUnsqueeze13{"", "Unsqueeze", 13, kLatestOpset, {.host_inputs = {1}, .packed_types = true},
-                                      unsqueeze_factory(true)};
+const KernelRegistration kUnsqueeze13{
+    "", "Unsqueeze", 13, kLatestOpset, {.host_inputs = {1}, .packed_types = true}, unsqueeze_factory(true)};
 
 // ---------------------------------------------------------------------------------------
 // Transpose
