@@ -16,6 +16,11 @@ spinning threads would otherwise take the cores from the block that follows them
 2.6 ms after a 10 ms pause, against onnxruntime's 2.4 ms).
 
     .venv/bin/python bench/forward_latency.py [--threads 1 2] [--repeat 50] [--models mlp bert]
+
+``--quantized`` adds single-op models of quantized inference at realistic sizes (``--quantized``
+alone: only those): int8 MatMul as QLinearMatMul and MatMulInteger (BERT-base's FFN, 768 x
+3072, at 128 rows, and a 768 x 768 layer at 1 row) and int8 Conv as QLinearConv (ResNet's
+64-channel 3x3 at 56 x 56), uint8 activations and int8 weights, constant weights.
 """
 
 from __future__ import annotations
@@ -114,6 +119,68 @@ def _measure(onnxtrain: Any, path: Path, feeds: dict[str, np.ndarray], threads: 
     return ort_ms, ours_ms, f"{ours_ms:.3f}"
 
 
+# ---- quantized single-op models ----
+
+
+def _quantized_model(op: str, shape: str, folder: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """A one-node model of `op` at `shape` ("MxKxN" for the products, "NxCxHxW,M" for the
+    convolution), its weights constant, and its feeds."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    u8 = lambda *s: rng.integers(0, 256, s, dtype=np.uint8)  # noqa: E731
+    s8 = lambda *s: rng.integers(-128, 128, s, dtype=np.int8)  # noqa: E731
+    scalar = lambda v, t: np.array(v, t)  # noqa: E731
+    if op == "QLinearConv":
+        image, m = shape.split(",")
+        n, c, h, w = (int(v) for v in image.split("x"))
+        x, weights = u8(n, c, h, w), s8(int(m), c, 3, 3)
+        constants = {"x_scale": scalar(0.02, np.float32), "x_zero_point": scalar(128, np.uint8), "w": weights,
+                     "w_scale": np.full(int(m), 0.003, np.float32), "w_zero_point": np.zeros(int(m), np.int8),
+                     "y_scale": scalar(0.3, np.float32), "y_zero_point": scalar(128, np.uint8),
+                     "B": rng.integers(-1000, 1000, int(m)).astype(np.int32)}
+        inputs = ["x", "x_scale", "x_zero_point", "w", "w_scale", "w_zero_point", "y_scale", "y_zero_point", "B"]
+        node = helper.make_node(op, inputs, ["y"], pads=[1, 1, 1, 1])
+    else:
+        m, k, n_out = (int(v) for v in shape.split("x"))
+        x = u8(m, k)
+        if op == "QLinearMatMul":
+            constants = {"a_scale": scalar(0.02, np.float32), "a_zero_point": scalar(128, np.uint8), "b": s8(k, n_out),
+                         "b_scale": scalar(0.003, np.float32), "b_zero_point": scalar(0, np.int8),
+                         "y_scale": scalar(0.3, np.float32), "y_zero_point": scalar(128, np.uint8)}
+            inputs = ["x", "a_scale", "a_zero_point", "b", "b_scale", "b_zero_point", "y_scale", "y_zero_point"]
+        else:
+            constants = {"b": s8(k, n_out), "a_zero_point": scalar(128, np.uint8), "b_zero_point": scalar(0, np.int8)}
+            inputs = ["x", "b", "a_zero_point", "b_zero_point"]
+        node = helper.make_node(op, inputs, ["y"])
+    graph = helper.make_graph([node], op, [helper.make_tensor_value_info("x", TensorProto.UINT8, x.shape)],
+                              [helper.make_empty_tensor_value_info("y")],
+                              [numpy_helper.from_array(v, k) for k, v in constants.items()])
+    path = folder / f"{op}_{shape.replace(',', '_')}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8), str(path))
+    return path, {"x": x}
+
+
+QUANTIZED_CASES = [("QLinearMatMul", "128x768x3072"), ("QLinearMatMul", "1x768x768"),
+                   ("MatMulInteger", "128x768x3072"), ("MatMulInteger", "1x768x768"),
+                   ("QLinearConv", "1x64x56x56,64"), ("QLinearConv", "8x64x56x56,64")]
+
+
+def _print_row(first_cells: str, measured: tuple[float, float | None, str], ratios: list[float],
+               with_onnxtrain: bool) -> None:
+    """One table row: the leading cells, ORT's time and (with onnxtrain) onnxtrain's and the
+    ratio, which joins `ratios`."""
+    ort_ms, ours_ms, cell = measured
+    row = f"{first_cells} {ort_ms:.3f} |"
+    if with_onnxtrain:
+        ratio = "-" if ours_ms is None else f"{ours_ms / ort_ms:.2f}"
+        if ours_ms is not None:
+            ratios.append(ours_ms / ort_ms)
+        row += f" {cell} | {ratio} |"
+    print(row, flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", nargs="+", type=int, default=[1, 2],
@@ -126,7 +193,11 @@ def main() -> None:
     parser.add_argument("--exporters", nargs="+", default=list(EXPORTERS), choices=EXPORTERS)
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 8], help="batch sizes")
     parser.add_argument("--seq-len", type=int, default=16, help="sequence length (gpt2, bert)")
+    parser.add_argument("--quantized", action="store_true",
+                        help="the quantized single-op models (alone unless --models is given too)")
     args = parser.parse_args()
+    if args.quantized and "--models" not in sys.argv:
+        args.models = []
 
     onnxtrain, why_not = _import_onnxtrain()
     if onnxtrain is None:
@@ -150,14 +221,19 @@ def main() -> None:
                 seq_len = args.seq_len if is_sequence_model(model) else None
                 feeds = case.make_inputs(batch, seed=0, seq_len=seq_len)
                 for threads in args.threads:
-                    ort_ms, ours_ms, cell = _measure(onnxtrain, case.onnx_path, feeds, threads, args)
-                    row = f"| {model} | {exporter} | {batch} | {threads} | {ort_ms:.3f} |"
-                    if onnxtrain is not None:
-                        ratio = "-" if ours_ms is None else f"{ours_ms / ort_ms:.2f}"
-                        if ours_ms is not None:
-                            ratios[threads].append(ours_ms / ort_ms)
-                        row += f" {cell} | {ratio} |"
-                    print(row, flush=True)
+                    measured = _measure(onnxtrain, case.onnx_path, feeds, threads, args)
+                    _print_row(f"| {model} | {exporter} | {batch} | {threads} |", measured, ratios[threads],
+                               onnxtrain is not None)
+
+    if args.quantized:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            for op, shape in QUANTIZED_CASES:
+                path, feeds = _quantized_model(op, shape, Path(folder))
+                for threads in args.threads:
+                    measured = _measure(onnxtrain, path, feeds, threads, args)
+                    _print_row(f"| {op} | {shape} | - | {threads} |", measured, ratios[threads], onnxtrain is not None)
 
     print(f"\nload average {_load()}")
     for threads, values in ratios.items():

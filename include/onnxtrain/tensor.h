@@ -5,6 +5,7 @@
 #include <onnxtrain/dtype.h>
 #include <onnxtrain/error.h>
 #include <onnxtrain/float16.h>
+#include <onnxtrain/float8.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -98,6 +99,16 @@ constexpr DType dtype_of() {
     return DType::kUInt64;
   else if constexpr (std::is_same_v<T, bool>)
     return DType::kBool;
+  else if constexpr (std::is_same_v<T, Float8E4M3FN>)
+    return DType::kFloat8E4M3FN;
+  else if constexpr (std::is_same_v<T, Float8E4M3FNUZ>)
+    return DType::kFloat8E4M3FNUZ;
+  else if constexpr (std::is_same_v<T, Float8E5M2>)
+    return DType::kFloat8E5M2;
+  else if constexpr (std::is_same_v<T, Float8E5M2FNUZ>)
+    return DType::kFloat8E5M2FNUZ;
+  else if constexpr (std::is_same_v<T, Float8E8M0>)
+    return DType::kFloat8E8M0;
   else
     static_assert(sizeof(T) == 0, "no DType for this C++ type");
 }
@@ -124,7 +135,7 @@ class Tensor {
   int64_t dim(int64_t axis) const;  // negative axes count from the end
   size_t rank() const noexcept { return shape_.size(); }
   int64_t numel() const noexcept { return shape_size(shape_); }
-  size_t nbytes() const noexcept { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  size_t nbytes() const noexcept { return dtype_bytes(dtype_, static_cast<size_t>(numel())); }
   bool defined() const noexcept { return dtype_ != DType::kUndefined; }
 
   void* raw_data() noexcept { return storage_ ? storage_->data() + offset_ : nullptr; }

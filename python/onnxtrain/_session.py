@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import functools
 import os
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from onnxtrain import _C
+from onnxtrain import _C, _dtypes
 from onnxtrain._logging import logger
 
 # ONNX TensorProto.DataType codes -> the names onnxruntime reports ("tensor(float)").
 _TYPE_NAMES = {
     1: "float", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
     8: "string", 9: "bool", 10: "float16", 11: "double", 12: "uint32", 13: "uint64", 16: "bfloat16",
+    17: "float8e4m3fn", 18: "float8e4m3fnuz", 19: "float8e5m2", 20: "float8e5m2fnuz", 21: "uint4", 22: "int4",
+    23: "float4e2m1", 24: "float8e8m0",
 }
-_BFLOAT16 = 16
 
 
 @dataclass(frozen=True)
@@ -69,9 +69,9 @@ class SessionOptions:
     _OPTIONS: dict[str, tuple[Any, Any]] = {
         "intra_op_num_threads": (0, lambda value: _non_negative_int("intra_op_num_threads", value)),
         "graph_optimization_level": (GraphOptimizationLevel.ORT_ENABLE_ALL, lambda value: _level(value)),
-        "optimized_model_filepath": ("", lambda value: _path("optimized_model_filepath", value)),
+        "optimized_model_filepath": ("", lambda value: _path("SessionOptions.optimized_model_filepath", value)),
         "enable_profiling": (False, lambda value: _bool("enable_profiling", value)),
-        "profile_file_prefix": ("onnxtrain_profile", lambda value: _path("profile_file_prefix", value)),
+        "profile_file_prefix": ("onnxtrain_profile", lambda value: _path("SessionOptions.profile_file_prefix", value)),
     }
 
     def __init__(self) -> None:
@@ -113,12 +113,6 @@ def _level(value: Any) -> Any:
                     f"({', '.join(GraphOptimizationLevel.__members__)}), got {value!r}")
 
 
-def _path(name: str, value: Any) -> str:
-    if not isinstance(value, (str, os.PathLike)):
-        raise TypeError(f"SessionOptions.{name} must be a str or a path, got {type(value).__name__}")
-    return os.fspath(value)
-
-
 def _bool(name: str, value: Any) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"SessionOptions.{name} must be a bool, got {type(value).__name__}")
@@ -143,38 +137,28 @@ def _path(argument: str, value: Any) -> str:
 _NUMERIC_KINDS = frozenset("biuf")  # bool, int, uint, float (float16 included)
 
 
-@functools.cache
-def _bfloat16_dtype() -> np.dtype | None:
-    try:
-        import ml_dtypes
-    except ImportError:
-        return None
-    return np.dtype(ml_dtypes.bfloat16)
-
-
 def _node_args(entries: Iterable[dict[str, Any]]) -> list[NodeArg]:
     return [
         NodeArg(e["name"], e["shape"], f"tensor({_TYPE_NAMES.get(e['dtype'], 'undefined')})") for e in entries
     ]
 
 
-def _as_input_array(name: str, value: Any, expected_dtype: int | None) -> tuple[np.ndarray, bool]:
-    """A C-contiguous array for the engine, and whether it holds bfloat16 bits (numpy has no
-    bfloat16: ml_dtypes arrays, or uint16 arrays fed to a bfloat16 input, travel as uint16)."""
+def _as_input_array(name: str, value: Any, expected_dtype: int | None) -> tuple[np.ndarray, int]:
+    """A C-contiguous array for the engine, and the ONNX type code of the bits it holds when
+    its type is one numpy lacks (0 otherwise): ml_dtypes arrays (bfloat16, float8, 4-bit), or
+    unsigned arrays of the right width fed to an input of such a type, travel as bits."""
     # Each run converts every feed: take the common case (a C-contiguous numeric ndarray)
     # with as few checks as possible.
     if type(value) is np.ndarray and value.flags.c_contiguous:
         array = value
     else:
         array = np.asarray(value, order="C")
-    kind = array.dtype.kind
-    if kind in _NUMERIC_KINDS:
-        return array, kind == "u" and expected_dtype == _BFLOAT16 and array.dtype == np.uint16
-    if array.dtype.name == "bfloat16":
-        return array.view(np.uint16), True
-    if array.dtype == object or array.dtype.kind in "USV":
-        raise ValueError(f"input '{name}': onnxtrain takes numeric arrays, got dtype {array.dtype}")
-    return array, expected_dtype == _BFLOAT16 and array.dtype == np.uint16
+    code = _dtypes.bits_code(array)
+    if code:
+        return _dtypes.as_bits(array, code), code
+    if array.dtype.kind in _NUMERIC_KINDS:
+        return array, expected_dtype if expected_dtype and _dtypes.is_bits_for(array, expected_dtype) else 0
+    raise ValueError(f"input '{name}': onnxtrain takes numeric arrays, got dtype {array.dtype}")
 
 
 def _provider_names(providers: Sequence[Any] | None) -> list[str]:
@@ -256,7 +240,8 @@ class InferenceSession:
         """Runs the model; ``output_names`` None means every output, in graph order.
 
         ``input_feed`` maps input names to arrays (numpy, or anything ``numpy.asarray`` takes;
-        bfloat16 as ``ml_dtypes.bfloat16`` or its uint16 bits). ``run_options`` is accepted
+        bfloat16, float8, int4, uint4 and float4e2m1 as ml_dtypes arrays or their bits; outputs of
+        those types come back as ml_dtypes arrays). ``run_options`` is accepted
         for onnxruntime's signature and must be None.
         """
         if run_options is not None:
@@ -267,20 +252,19 @@ class InferenceSession:
             raise TypeError(f"run: input_feed must map input names to arrays, got {type(input_feed).__name__}")
         names = list(output_names) if output_names else []  # empty: every output
         feeds: dict[str, np.ndarray] = {}
-        bfloat16_inputs: list[str] = []
+        typed_inputs: dict[str, int] = {}
         for name, value in input_feed.items():
             # The common case first, in few steps: a small model runs in microseconds.
-            if type(value) is np.ndarray and value.dtype.kind in "fib" and value.flags.c_contiguous:
+            if (type(value) is np.ndarray and value.dtype.kind in "fib" and value.dtype.isbuiltin == 1
+                    and value.flags.c_contiguous):
                 feeds[name] = value
                 continue
-            feeds[name], is_bfloat16 = _as_input_array(name, value, self._input_dtypes.get(name))
-            if is_bfloat16:
-                bfloat16_inputs.append(name)
-        results, bfloat16_outputs = self._session.run(names, feeds, bfloat16_inputs)
-        bfloat16 = _bfloat16_dtype() if bfloat16_outputs else None
-        if bfloat16 is not None:
-            for i in bfloat16_outputs:
-                results[i] = results[i].view(bfloat16)
+            feeds[name], code = _as_input_array(name, value, self._input_dtypes.get(name))
+            if code:
+                typed_inputs[name] = code
+        results, typed_outputs = self._session.run(names, feeds, typed_inputs)
+        for i, code in typed_outputs:
+            results[i] = _dtypes.from_bits(results[i], code)
         return results
 
 

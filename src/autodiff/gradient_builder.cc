@@ -206,8 +206,9 @@ void GradientBuilder::mark_differentiable_paths() {
     const auto from = std::find_if(node.inputs.begin(), node.inputs.end(),
                                    [&](const std::string& in) { return !in.empty() && forward_.contains(in); });
     if (from == node.inputs.end()) continue;
+    const bool straight_through = RuleTable::global().straight_through(node.domain, node.op_type);
     for (const std::string& out : node.outputs) {
-      if (out.empty() || forward_.contains(out) || !differentiable(types_->dtype(out))) continue;
+      if (out.empty() || forward_.contains(out) || !(straight_through || differentiable(types_->dtype(out)))) continue;
       forward_.insert(out);
       forward_parent_[out] = {*from, i};
     }

@@ -202,7 +202,7 @@ void RuleTable::add(std::string_view domain, const RuleEntry& entry) {
   if (find(domain, entry.op_type)) {
     throw Error("gradient rule for " + std::string(entry.op_type) + " registered twice");
   }
-  entries_.push_back({std::string(domain), std::string(entry.op_type), entry.rule});
+  entries_.push_back({std::string(domain), std::string(entry.op_type), entry.rule, entry.straight_through});
 }
 
 GradientRule RuleTable::find(std::string_view domain, std::string_view op_type) const {
@@ -211,6 +211,14 @@ GradientRule RuleTable::find(std::string_view domain, std::string_view op_type) 
     if (e.domain == domain && e.op_type == op_type) return e.rule;
   }
   return nullptr;
+}
+
+bool RuleTable::straight_through(std::string_view domain, std::string_view op_type) const {
+  domain = ir::canonical_domain(domain);
+  for (const Entry& e : entries_) {
+    if (e.domain == domain && e.op_type == op_type) return e.straight_through;
+  }
+  return false;
 }
 
 std::vector<std::string> RuleTable::op_types(std::string_view domain) const {

@@ -122,6 +122,10 @@ using GradientRule = void (*)(GradientContext&);
 struct RuleEntry {
   std::string_view op_type;
   GradientRule rule;
+  // The rule differentiates the op's integer outputs too, as if they were real numbers: the
+  // straight-through estimator of QuantizeLinear, whose quantized output carries gradients
+  // back to its float input (rules/quantize.cc).
+  bool straight_through = false;
 };
 
 class RuleTable {
@@ -130,6 +134,8 @@ class RuleTable {
   void add(std::string_view domain, const RuleEntry& entry);
   // The rule for op `op_type` of `domain`, or nullptr.
   GradientRule find(std::string_view domain, std::string_view op_type) const;
+  // True when that rule differentiates integer outputs (RuleEntry::straight_through).
+  bool straight_through(std::string_view domain, std::string_view op_type) const;
   std::vector<std::string> op_types(std::string_view domain) const;
   // (domain, op type) of every rule, in registration order.
   std::vector<std::pair<std::string, std::string>> all() const;
@@ -139,6 +145,7 @@ class RuleTable {
     std::string domain;
     std::string op_type;
     GradientRule rule;
+    bool straight_through = false;
   };
   std::vector<Entry> entries_;
 };

@@ -17,13 +17,10 @@ using namespace nb::literals;
 namespace onnxtrain::bindings {
 namespace {
 
-// numpy has no bfloat16: a uint16 array carries its bits into a bfloat16 parameter.
+// A value for `target`: of a type numpy lacks (bfloat16, float8, 4-bit), the array holds its
+// bits (tensor_conversion.h).
 Tensor value_for(const Tensor& target, const HostArray& array, const std::string& what) {
-  Tensor value = borrow_array(array, what);
-  if (target.dtype() == DType::kBFloat16 && value.dtype() == DType::kUInt16) {
-    return Tensor(DType::kBFloat16, value.shape(), value.storage(), value.byte_offset());
-  }
-  return value;
+  return borrow_array(array, what, numpy_lacks(target.dtype()) ? target.dtype() : DType::kUndefined);
 }
 
 nb::object optional_numpy(const Tensor& tensor) {

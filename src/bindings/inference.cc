@@ -4,6 +4,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/unordered_map.h>
 #include <nanobind/stl/vector.h>
 #include <omp.h>
 #include <onnxtrain/inference_session.h>
@@ -59,25 +60,25 @@ std::unique_ptr<InferenceSession> make_session(nb::object model, const SessionOp
                            [&](const auto& source) { return std::make_unique<InferenceSession>(source, options); });
 }
 
-// Runs the session on numpy feeds. Arrays named in `bfloat16_inputs` hold bfloat16 bits as
-// uint16 (numpy has no bfloat16). Returns the outputs as numpy arrays, and the positions of
-// the bfloat16 ones among them (numpy holds those as uint16).
+// Runs the session on numpy feeds; `typed` names the feeds that hold the bits of a type numpy
+// lacks (tensor_conversion.h). Returns the outputs as numpy arrays, and (index, ONNX dtype
+// code) of those handed out as bits.
 nb::tuple run_session(InferenceSession& session, const std::vector<std::string>& output_names, nb::dict feeds,
-                      const std::vector<std::string>& bfloat16_inputs) {
+                      const TypedInputs& typed) {
   std::vector<HostArray> arrays;  // keeps the borrowed memory alive through the run
-  const NamedTensors tensors = borrow_feeds(feeds, arrays, bfloat16_inputs);
+  const NamedTensors tensors = borrow_feeds(feeds, arrays, typed);
   std::vector<Tensor> outputs;
   {
     nb::gil_scoped_release release;
     outputs = session.run(tensors, output_names);
   }
   nb::list result;
-  nb::list bfloat16_outputs;
+  nb::list typed_outputs;
   for (size_t i = 0; i < outputs.size(); ++i) {
-    if (outputs[i].dtype() == DType::kBFloat16) bfloat16_outputs.append(i);
+    if (numpy_lacks(outputs[i].dtype())) typed_outputs.append(nb::make_tuple(i, static_cast<int>(outputs[i].dtype())));
     result.append(to_numpy(std::move(outputs[i])));
   }
-  return nb::make_tuple(result, bfloat16_outputs);
+  return nb::make_tuple(result, typed_outputs);
 }
 
 }  // namespace
@@ -105,7 +106,7 @@ void bind_inference(nb::module_& m) {
           },
           "model"_a, "options"_a)
       .def("end_profiling", &InferenceSession::end_profiling)
-      .def("run", &run_session, "output_names"_a, "feeds"_a, "bfloat16_inputs"_a)
+      .def("run", &run_session, "output_names"_a, "feeds"_a, "typed_inputs"_a)
       .def("inputs", [](const InferenceSession& s) { return metadata_list(s.inputs()); })
       .def("outputs", [](const InferenceSession& s) { return metadata_list(s.outputs()); });
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "core/packed.h"
+
 namespace nb = nanobind;
 
 namespace onnxtrain::bindings {
@@ -110,7 +112,11 @@ HostArray host_array(nb::handle value, const std::string& what) {
               ErrorKind::kInvalidArgument);
 }
 
-Tensor borrow_array(const HostArray& array, const std::string& what) {
+bool numpy_lacks(DType dtype) {
+  return dtype == DType::kBFloat16 || is_narrow_float(dtype) || is_packed(dtype);
+}
+
+Tensor borrow_array(const HostArray& array, const std::string& what, DType as) {
   const DType dtype = dtype_from_dlpack(array.dtype());
   if (dtype == DType::kUndefined) {
     throw Error(what + ": unsupported array element type (code " + std::to_string(array.dtype().code) + ", " +
@@ -120,7 +126,25 @@ Tensor borrow_array(const HostArray& array, const std::string& what) {
   Shape shape(array.ndim());
   for (size_t i = 0; i < array.ndim(); ++i) shape[i] = static_cast<int64_t>(array.shape(i));
   const size_t bytes = tensor_bytes(dtype, shape);
-  return Tensor(dtype, std::move(shape), Storage::borrow(const_cast<void*>(array.data()), bytes, nullptr));
+  Tensor tensor(dtype, std::move(shape), Storage::borrow(const_cast<void*>(array.data()), bytes, nullptr));
+  if (as == DType::kUndefined || as == dtype) return tensor;
+  if (!numpy_lacks(as)) {
+    throw Error(what + ": an array of " + std::string(dtype_name(dtype)) + " cannot stand for " +
+                    std::string(dtype_name(as)) + " (only bfloat16, float8 and 4-bit types cross as bits)",
+                ErrorKind::kInvalidArgument);
+  }
+  const size_t element_bytes = is_packed(as) ? 1 : dtype_size(as);  // ml_dtypes: a byte per 4-bit element
+  if (!is_integer(dtype) || dtype_size(dtype) != element_bytes) {
+    throw Error(what + ": " + std::string(dtype_name(as)) + " data must come as uint" +
+                    std::to_string(8 * element_bytes) + " bits (ml_dtypes' layout), got " +
+                    std::string(dtype_name(dtype)),
+                ErrorKind::kInvalidArgument);
+  }
+  if (!is_packed(as)) return Tensor(as, tensor.shape(), tensor.storage());
+  Tensor out = Tensor::empty(as, tensor.shape());
+  const auto* in = static_cast<const uint8_t*>(tensor.raw_data());
+  packed::write(out.raw_data(), 0, tensor.numel(), [in](int64_t i) { return in[i]; });
+  return out;
 }
 
 nb::object to_numpy(Tensor tensor) {
@@ -129,6 +153,15 @@ nb::object to_numpy(Tensor tensor) {
     throw Error("a result of shape " + shape_string(tensor.shape()) + " has " + std::to_string(tensor.rank()) +
                     " dimensions; numpy arrays hold at most 64",
                 ErrorKind::kInvalidArgument);
+  }
+  if (is_packed(tensor.dtype())) {
+    Tensor bytes = Tensor::empty(DType::kUInt8, tensor.shape());
+    uint8_t* out = bytes.data<uint8_t>();
+    for (int64_t i = 0; i < tensor.numel(); ++i) out[i] = packed::get(tensor.raw_data(), i);
+    tensor = std::move(bytes);
+  } else if (numpy_lacks(tensor.dtype())) {
+    const DType bits = dtype_size(tensor.dtype()) == 2 ? DType::kUInt16 : DType::kUInt8;
+    tensor = Tensor(bits, tensor.shape(), tensor.storage(), tensor.byte_offset());
   }
   auto* owned = new Tensor(std::move(tensor));
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
@@ -147,19 +180,14 @@ nb::object to_torch(Tensor tensor) {
   return nb::cast(array, nb::rv_policy::reference);
 }
 
-NamedTensors borrow_feeds(nb::dict feeds, std::vector<HostArray>& keep,
-                          const std::vector<std::string>& bfloat16_inputs) {
+NamedTensors borrow_feeds(nb::dict feeds, std::vector<HostArray>& keep, const TypedInputs& typed) {
   NamedTensors tensors;
   for (auto [key, value] : feeds) {
     const std::string name = nb::cast<std::string>(key);
     HostArray array = host_array(value, "input '" + name + "'");
-    Tensor tensor = borrow_array(array, "input '" + name + "'");
-    if (std::find(bfloat16_inputs.begin(), bfloat16_inputs.end(), name) != bfloat16_inputs.end()) {
-      if (tensor.dtype() != DType::kUInt16) {
-        throw Error("input '" + name + "': bfloat16 data must come as uint16 bits", ErrorKind::kInvalidArgument);
-      }
-      tensor = Tensor(DType::kBFloat16, tensor.shape(), tensor.storage());
-    }
+    const auto as = typed.find(name);
+    Tensor tensor = borrow_array(array, "input '" + name + "'",
+                                 as == typed.end() ? DType::kUndefined : dtype_from_onnx(as->second));
     tensors.emplace_back(name, std::move(tensor));
     keep.push_back(array);
   }

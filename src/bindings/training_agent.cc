@@ -2,6 +2,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/filesystem.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/unordered_map.h>
 #include <nanobind/stl/vector.h>
 #include <onnxtrain/training_agent.h>
 
@@ -59,9 +60,9 @@ void bind_training_agent(nb::module_& m) {
           "model"_a, "forward_outputs"_a, "backward_outputs"_a, "intra_op_num_threads"_a = 0)
       .def(
           "run_forward",
-          [](TrainingAgent& agent, nb::dict feeds, bool as_torch, const std::vector<std::string>& bfloat16_inputs) {
+          [](TrainingAgent& agent, nb::dict feeds, bool as_torch, const TypedInputs& typed_inputs) {
             auto run = std::make_unique<PendingRun>();
-            const NamedTensors tensors = borrow_feeds(feeds, run->feeds, bfloat16_inputs);
+            const NamedTensors tensors = borrow_feeds(feeds, run->feeds, typed_inputs);
             std::vector<Tensor> outputs;
             {
               nb::gil_scoped_release release;
@@ -70,14 +71,14 @@ void bind_training_agent(nb::module_& m) {
             nb::list out = hand_out(std::move(outputs), as_torch);
             return nb::make_tuple(out, nb::cast(run.release(), nb::rv_policy::take_ownership));
           },
-          "feeds"_a, "as_torch"_a = false, "bfloat16_inputs"_a = std::vector<std::string>{})
+          "feeds"_a, "as_torch"_a = false, "typed_inputs"_a = TypedInputs{})
       .def(
           "run_backward",
           [](TrainingAgent& agent, nb::dict output_grads, PendingRun& run, bool as_torch,
-             const std::vector<std::string>& bfloat16_inputs) {
+             const TypedInputs& typed_inputs) {
             if (!run.state) throw Error("run_backward: this run state was released", ErrorKind::kInvalidArgument);
             std::vector<HostArray> keep;
-            const NamedTensors tensors = borrow_feeds(output_grads, keep, bfloat16_inputs);
+            const NamedTensors tensors = borrow_feeds(output_grads, keep, typed_inputs);
             std::vector<Tensor> grads;
             {
               nb::gil_scoped_release release;
@@ -87,7 +88,7 @@ void bind_training_agent(nb::module_& m) {
             run.feeds.clear();
             return hand_out(std::move(grads), as_torch);
           },
-          "output_grads"_a, "state"_a, "as_torch"_a = false, "bfloat16_inputs"_a = std::vector<std::string>{})
+          "output_grads"_a, "state"_a, "as_torch"_a = false, "typed_inputs"_a = TypedInputs{})
       .def_prop_ro("forward_outputs", &TrainingAgent::forward_outputs)
       .def_prop_ro("backward_outputs", &TrainingAgent::backward_outputs)
       .def("inputs", [](const TrainingAgent& a) { return metadata_list(a.inputs()); })

@@ -1,4 +1,5 @@
 #include <onnxtrain/tensor.h>
+#include <sys/mman.h>
 
 #include <atomic>
 #include <cstdlib>
@@ -7,9 +8,8 @@
 #include <mutex>
 #include <vector>
 
-#include <sys/mman.h>
-
 #include "core/dispatch.h"
+#include "core/packed.h"
 
 namespace onnxtrain {
 
@@ -27,8 +27,9 @@ size_t tensor_bytes(DType dtype, std::span<const int64_t> shape) {
     if (d < 0) throw Error("negative dimension in shape " + shape_string(shape), ErrorKind::kInvalidArgument);
     overflow |= __builtin_mul_overflow(elements, static_cast<uint64_t>(d), &elements);
   }
-  uint64_t bytes = 0;
-  overflow |= __builtin_mul_overflow(elements, static_cast<uint64_t>(dtype_size(dtype)), &bytes);
+  uint64_t bits = 0;
+  overflow |= __builtin_mul_overflow(elements, static_cast<uint64_t>(dtype_bits(dtype)), &bits);
+  const uint64_t bytes = bits / 8 + (bits % 8 != 0);
   if (overflow || bytes > kMaxBytes) {
     throw Error("a " + std::string(dtype_name(dtype)) + " tensor of shape " + shape_string(shape) +
                     " is too large (more than 2^62 bytes)",
@@ -217,6 +218,12 @@ void Tensor::throw_type_mismatch(DType requested) const {
 }
 
 std::vector<int64_t> Tensor::to_int64_vector() const {
+  if (dtype_ == DType::kInt4 || dtype_ == DType::kUInt4) {
+    std::vector<int64_t> out(static_cast<size_t>(numel()));
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = packed::get_int(raw_data(), static_cast<int64_t>(i), dtype_ == DType::kInt4);
+    return out;
+  }
   return dispatch<ONNXTRAIN_NUMERIC_TYPES, bool>(dtype_, "to_int64_vector", [&]<typename T>() {
     std::vector<int64_t> out(static_cast<size_t>(numel()));
     const T* in = data<T>();

@@ -125,6 +125,18 @@ struct Reader {
       if (n) std::memcpy(out.raw_data(), proto.raw_data().data(), out.nbytes());
       return out;
     }
+    if (is_narrow_float(dtype) || is_packed(dtype)) {
+      // One byte per int32: a float8 element's bits, or two packed 4-bit elements.
+      const size_t bytes = out.nbytes();
+      if (static_cast<size_t>(proto.int32_data_size()) != bytes) {
+        throw Error("tensor '" + name + "' holds " + std::to_string(proto.int32_data_size()) +
+                        " int32_data entries, its shape " + shape_string(shape) + " needs " + std::to_string(bytes),
+                    ErrorKind::kInvalidModel);
+      }
+      auto* dst = static_cast<uint8_t*>(out.raw_data());
+      for (size_t i = 0; i < bytes; ++i) dst[i] = static_cast<uint8_t>(proto.int32_data(static_cast<int>(i)));
+      return out;
+    }
     dispatch<ONNXTRAIN_ALL_TYPES>(dtype, "tensor '" + name + "'", [&]<typename T>() {
       T* dst = out.data<T>();
       auto fill = [&](const auto& field, auto convert) {

@@ -129,6 +129,13 @@ SymbolicShape windowed_shape(const ShapeContext& c, const SymbolicShape& x, cons
 // shape_rules/reduce.cc.
 SymbolicShape reduced_shape(const SymbolicShape& x, const std::vector<bool>& reduced, bool keep_dims);
 
+// X [N, C, D1...] through a convolution whose weights (W [M, C/group, k1...], ConvTranspose's
+// [C, M/group, k1...]) are input `weight_input`. Defined in shape_rules/conv.cc.
+std::optional<SymbolicShape> convolution_shape(const ShapeContext& c, size_t weight_input, bool transposed);
+// numpy.matmul's result: a 1-D operand gains an axis that the result drops; batch axes
+// broadcast. Defined in shape_rules/matmul.cc.
+std::optional<SymbolicShape> matmul_shape(const SymbolicShape* a, const SymbolicShape* b);
+
 // Output 0 has input 0's element type and shape.
 void same_as_input(ShapeContext& c);
 // Output 0 is the broadcast of every input, of input 0's element type.

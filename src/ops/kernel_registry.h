@@ -27,6 +27,9 @@ struct KernelConstraints {
   Device device = Device::cpu();
   std::vector<DType> dtypes;        // the element types of input 0 it computes; empty: any it checks itself
   std::vector<size_t> host_inputs;  // inputs read on the host whatever the device
+  // Takes inputs of the packed 4-bit types (dtype.h: is_packed). The executor refuses them
+  // to every other kernel, whose loops assume a byte or more per element.
+  bool packed_types = false;
 };
 
 struct KernelDef {

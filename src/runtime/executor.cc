@@ -287,6 +287,7 @@ void Executor::create_steps() {
     for (const auto& in : node.inputs) step.inputs.push_back(in.empty() ? -1 : value_id(in));
     for (const auto& out : node.outputs) step.outputs.push_back(out.empty() ? -1 : value_id(out));
     step.kernel = def->create(KernelInfo(node, opset, constant, readers));
+    step.packed_types = def->constraints.packed_types;
     steps_.push_back(std::move(step));
   }
   if (!missing.empty()) {
@@ -546,6 +547,18 @@ void Executor::return_arena(const std::vector<int64_t>& signature, BufferArena& 
   }
 }
 
+void Executor::refuse_packed_inputs(const Step& step, std::span<const Tensor* const> inputs) const {
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    if (inputs[k] == nullptr || !is_packed(inputs[k]->dtype())) continue;
+    throw Error(step.node->describe() + ": input '" + value_names_[static_cast<size_t>(step.inputs[k])] + "' is " +
+                    std::string(dtype_name(inputs[k]->dtype())) +
+                    ", a 4-bit type packed two per byte, which this op does not take (the ops that do: Cast, "
+                    "CastLike, QuantizeLinear, DequantizeLinear, Identity, Reshape, Flatten, Squeeze, Unsqueeze, "
+                    "Shape, Size)",
+                ErrorKind::kNotImplemented);
+  }
+}
+
 void Executor::run_steps(const Program& program, size_t begin, size_t end, Frame& frame, int threads) {
   const ExecutionContext execution{device_, threads, nullptr};
   const auto run_start = profiler_ ? Profiler::Clock::now() : Profiler::Clock::time_point{};
@@ -564,6 +577,7 @@ void Executor::run_steps(const Program& program, size_t begin, size_t end, Frame
                     ErrorKind::kInvalidModel);
       }
     }
+    if (!step.packed_types) refuse_packed_inputs(step, inputs);
     outputs.assign(step.outputs.size(), Tensor());
     frame.enter(step, i);
     frame.set_release_list(&program.release_after[i]);

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -87,6 +88,7 @@ class Executor {
     std::unique_ptr<OpKernel> kernel;
     std::vector<int> inputs;   // value ids, -1 for an omitted optional input
     std::vector<int> outputs;  // value ids, -1 for an omitted optional output
+    bool packed_types = false;  // the kernel takes packed 4-bit inputs (KernelConstraints)
   };
   struct GraphInput {
     int value = -1;
@@ -126,6 +128,8 @@ class Executor {
   void check_feed(const GraphInput& input, const Tensor& tensor);
   void sign(const Program& program);  // signature_ from the bound feeds
   std::vector<Tensor> run_program(const Program& program, const std::vector<Tensor>& destinations);
+  // Throws when a packed 4-bit input reaches a kernel that does not declare it takes them.
+  void refuse_packed_inputs(const Step& step, std::span<const Tensor* const> inputs) const;
   // Runs program.steps[begin, end) on the frame's values.
   void run_steps(const Program& program, size_t begin, size_t end, Frame& frame, int threads);
   // The arena for a run with signature_: served from its plan, or recording one.

@@ -195,14 +195,15 @@ class OrtCheckpointReader {
     }
     const Vector dims = in_.vector(t, field::kDims, 8, "the dims");
     Shape shape;
-    uint64_t bytes = dtype_size(dtype);
+    uint64_t bits = dtype_bits(dtype);
     for (uint32_t i = 0; i < dims.size; ++i) {
       const auto d = in_.scalar_at<int64_t>(dims, i);
-      if (d < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) {
+      if (d < 0 || __builtin_mul_overflow(bits, static_cast<uint64_t>(d), &bits)) {
         in_.fail(what + " has an invalid dimension " + std::to_string(d));
       }
       shape.push_back(d);
     }
+    const uint64_t bytes = bits / 8 + (bits % 8 != 0);
     const auto offset = in_.scalar<int64_t>(t, field::kExternalDataOffset, -1);
     const Vector raw = in_.vector(t, field::kRawData, 1, "the raw data");
     if (offset != -1) {

@@ -34,7 +34,7 @@ struct DTypeCode {
   std::string_view code;
 };
 
-constexpr std::array<DTypeCode, 13> kDTypeCodes = {{
+constexpr std::array<DTypeCode, 15> kDTypeCodes = {{
     {DType::kBool, "BOOL"},
     {DType::kUInt8, "U8"},
     {DType::kInt8, "I8"},
@@ -48,6 +48,8 @@ constexpr std::array<DTypeCode, 13> kDTypeCodes = {{
     {DType::kFloat64, "F64"},
     {DType::kInt64, "I64"},
     {DType::kUInt64, "U64"},
+    {DType::kFloat8E4M3FN, "F8_E4M3"},
+    {DType::kFloat8E5M2, "F8_E5M2"},
 }};
 
 std::string known_codes() {

@@ -124,7 +124,7 @@ TEST(CheckpointFile, RoundTripsEveryElementType) {
   const TempDir dir;
   const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
                           DType::kInt16,   DType::kInt32,   DType::kInt64,   DType::kUInt8,    DType::kUInt16,
-                          DType::kUInt32,  DType::kUInt64,  DType::kBool};
+                          DType::kUInt32,  DType::kUInt64,  DType::kBool,    DType::kFloat8E4M3FN, DType::kFloat8E5M2};
   CheckpointState state;
   uint8_t seed = 1;
   for (DType dtype : dtypes) {
@@ -347,7 +347,7 @@ TEST(CheckpointFormat, RefusesCorruptHeadersAndWrongOffsets) {
       {"header length past the end", huge + "{}", "100 MB"},
       {"header longer than the file", safetensors_bytes("{}", "").substr(0, 8) + "{", "truncated"},
       {"unknown dtype", safetensors_bytes(one(R"({"dtype":"F33","shape":[6],"data_offsets":[0,24]})"), data), "F33"},
-      {"fp8", safetensors_bytes(one(R"({"dtype":"F8_E4M3","shape":[24],"data_offsets":[0,24]})"), data), "F8_E4M3"},
+      {"complex", safetensors_bytes(one(R"({"dtype":"C64","shape":[3],"data_offsets":[0,24]})"), data), "C64"},
       {"negative dim", safetensors_bytes(one(R"({"dtype":"F32","shape":[-6],"data_offsets":[0,24]})"), data), "shape"},
       {"no offsets", safetensors_bytes(one(R"({"dtype":"F32","shape":[6]})"), data), "data_offsets"},
       {"wrong byte count", safetensors_bytes(one(R"({"dtype":"F32","shape":[5],"data_offsets":[0,24]})"), data),

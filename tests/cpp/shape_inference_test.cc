@@ -186,5 +186,37 @@ TEST(ShapeInference, MergesDeclaredAndInferredShapesPerDimension) {
   EXPECT_EQ(text(types.at("y")), "float[batch,8]");
 }
 
+TEST(ShapeInference, QuantizationOps) {
+  onnx::ModelProto m = model(21);
+  auto* g = m.mutable_graph();
+  *g->add_input() = tensor_value("x", 1, {"B", "16"});
+  *g->add_input() = tensor_value("s", 1, {});
+  *g->add_input() = tensor_value("z", 22, {});  // int4
+  *g->add_input() = tensor_value("a8", 2, {"B", "16"});
+  *g->add_input() = tensor_value("w8", 3, {"16", "8"});
+  *g->add_input() = tensor_value("z8", 2, {});
+  *g->add_input() = tensor_value("img", 2, {"N", "3", "10", "10"});
+  *g->add_input() = tensor_value("k", 3, {"4", "3", "3", "3"});
+  *g->add_node() = node("QuantizeLinear", {"x", "s", "z"}, {"q4"});
+  *g->add_node() = node("QuantizeLinear", {"x", "s"}, {"q_default"});
+  *g->add_node() = node("DequantizeLinear", {"q4", "s", "z"}, {"dq"});
+  *g->add_node() = node("DynamicQuantizeLinear", {"x"}, {"dy", "dy_scale", "dy_zero_point"});
+  *g->add_node() = node("MatMulInteger", {"a8", "w8"}, {"mm"});
+  *g->add_node() = node("QLinearMatMul", {"a8", "s", "z8", "w8", "s", "z8", "s", "z8"}, {"qmm"});
+  *g->add_node() = node("ConvInteger", {"img", "k"}, {"conv"});
+  *g->add_node() = node("QLinearConv", {"img", "s", "z8", "k", "s", "z8", "s", "z8"}, {"qconv"});
+  const auto types = ir::infer_types(ir::load_model(as_span(bytes_of(m))));
+  EXPECT_EQ(text(types.at("q4")), "int4[B,16]");
+  EXPECT_EQ(text(types.at("q_default")), "uint8[B,16]");
+  EXPECT_EQ(text(types.at("dq")), "float[B,16]");
+  EXPECT_EQ(text(types.at("dy")), "uint8[B,16]");
+  EXPECT_EQ(text(types.at("dy_scale")), "float[]");
+  EXPECT_EQ(text(types.at("dy_zero_point")), "uint8[]");
+  EXPECT_EQ(text(types.at("mm")), "int32[B,8]");
+  EXPECT_EQ(text(types.at("qmm")), "uint8[B,8]");
+  EXPECT_EQ(text(types.at("conv")), "int32[N,4,8,8]");
+  EXPECT_EQ(text(types.at("qconv")), "uint8[N,4,8,8]");
+}
+
 }  // namespace
 }  // namespace onnxtrain

@@ -59,7 +59,10 @@ OPEN_VERSION = 2**31 - 1
 #: Names of integer attributes that hold an element type (Cast.to, EyeLike.dtype, ...).
 DTYPE_ATTRIBUTES = frozenset({"to", "dtype", "output_dtype", "output_datatype", "stash_type"})
 FLOAT_DTYPES = frozenset(
-    np.dtype(t) for t in (np.float16, np.float32, np.float64, ml_dtypes.bfloat16)
+    np.dtype(t)
+    for t in (np.float16, np.float32, np.float64, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn,
+              ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2, ml_dtypes.float8_e5m2fnuz,
+              ml_dtypes.float8_e8m0fnu, ml_dtypes.float4_e2m1fn)
 )
 EXPANDED_SUFFIX = re.compile(r"_expanded(_ver\d+)?$")
 

@@ -24,7 +24,7 @@ from typing import Any, Union
 import numpy as np
 import onnx
 
-from onnxtrain import _C
+from onnxtrain import _C, _dtypes
 from onnxtrain.autodiff import build_gradient_graph, model_source
 
 ModelLike = Union[onnx.ModelProto, bytes, str, "os.PathLike[str]"]
@@ -172,18 +172,19 @@ class ModuleGraphBuilder:
         return self._info
 
 
-def _engine_feeds(feeds: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The feeds as the engine takes them, and the names of those that hold bfloat16 bits:
-    ml_dtypes bfloat16 arrays travel as uint16; everything else goes as it is (numpy
-    arrays, OrtValues, DLPack tensors such as torch's, bfloat16 included)."""
+def _engine_feeds(feeds: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, int]]:
+    """The feeds as the engine takes them, and the ONNX type codes of those that hold bits:
+    ml_dtypes arrays (bfloat16, float8, 4-bit) travel as their bits; everything else goes as
+    it is (numpy arrays, OrtValues, DLPack tensors such as torch's, bfloat16 included)."""
     out: dict[str, Any] = {}
-    bfloat16: list[str] = []
+    typed: dict[str, int] = {}
     for name, value in feeds.items():
-        if isinstance(value, np.ndarray) and value.dtype.name == "bfloat16":
-            value = value.view(np.uint16)
-            bfloat16.append(name)
+        code = _dtypes.bits_code(value) if isinstance(value, np.ndarray) else 0
+        if code:
+            value = _dtypes.as_bits(value, code)
+            typed[name] = code
         out[name] = value
-    return out, bfloat16
+    return out, typed
 
 
 class TrainingAgent:
@@ -232,14 +233,14 @@ class TrainingAgent:
     def run_forward(self, feeds: Mapping[str, Any]) -> tuple[list[Any], Any]:
         """The forward outputs, and the state ``run_backward`` resumes from. Feeds are read
         in place: keep those the backward reads (weights, inputs) unchanged until it ran."""
-        engine_feeds, bfloat16 = _engine_feeds(feeds)
-        return tuple(self._agent.run_forward(engine_feeds, self._as_torch, bfloat16))
+        engine_feeds, typed = _engine_feeds(feeds)
+        return tuple(self._agent.run_forward(engine_feeds, self._as_torch, typed))
 
     def run_backward(self, output_grads: Mapping[str, Any], state: Any) -> list[Any] | dict[str, Any]:
         """The gradients, in ``backward_outputs`` order — or, with a GraphInfo, a dict from
         each weight / input name to its gradient (those that have one)."""
-        grads_in, bfloat16 = _engine_feeds(output_grads)
-        grads = self._agent.run_backward(grads_in, state, self._as_torch, bfloat16)
+        grads_in, typed = _engine_feeds(output_grads)
+        grads = self._agent.run_backward(grads_in, state, self._as_torch, typed)
         if self._info is None:
             return grads
         names = self._info.initializer_names_to_train + self._info.input_names_require_grad

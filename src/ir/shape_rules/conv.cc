@@ -52,13 +52,10 @@ SymbolicShape windowed_shape(const ShapeContext& c, const SymbolicShape& x, cons
   return out;
 }
 
-namespace {
-
-// X [N, C, D1...], W [M, C/group, k1...] (ConvTranspose: [C, M/group, k1...]).
-void convolution(ShapeContext& c, bool transposed) {
+std::optional<SymbolicShape> convolution_shape(const ShapeContext& c, size_t weight_input, bool transposed) {
   const SymbolicShape* x = c.shape(0);
-  const SymbolicShape* w = c.shape(1);
-  if (!x || x->size() < 3) return c.set(0, c.dtype(0));
+  const SymbolicShape* w = c.shape(weight_input);
+  if (!x || x->size() < 3) return std::nullopt;
   WindowShape window{c.ints_attribute("kernel_shape").value_or(std::vector<int64_t>{}), Dim{}, transposed, ""};
   if (w && w->size() == x->size()) {
     if (window.kernel.empty()) {
@@ -67,8 +64,12 @@ void convolution(ShapeContext& c, bool transposed) {
     const int64_t group = c.int_attribute("group").value_or(1);
     window.channels = transposed ? ((*w)[1].value ? known(*(*w)[1].value * group) : Dim{}) : (*w)[0];
   }
-  c.set(0, c.dtype(0), windowed_shape(c, *x, window));
+  return windowed_shape(c, *x, window);
 }
+
+namespace {
+
+void convolution(ShapeContext& c, bool transposed) { c.set(0, c.dtype(0), convolution_shape(c, 1, transposed)); }
 
 void conv(ShapeContext& c) { convolution(c, false); }
 void conv_transpose(ShapeContext& c) { convolution(c, true); }

@@ -2,13 +2,8 @@
 #include "ir/shape_rules.h"
 
 namespace onnxtrain::ir {
-namespace {
-
-// numpy.matmul: a 1-D operand gains an axis that the result drops; batch axes broadcast.
-void matmul(ShapeContext& c) {
-  const SymbolicShape* a = c.shape(0);
-  const SymbolicShape* b = c.shape(1);
-  if (!a || !b || a->empty() || b->empty()) return c.set(0, c.dtype(0));
+std::optional<SymbolicShape> matmul_shape(const SymbolicShape* a, const SymbolicShape* b) {
+  if (!a || !b || a->empty() || b->empty()) return std::nullopt;
   SymbolicShape sa = *a, sb = *b;
   const bool a_vector = sa.size() == 1, b_vector = sb.size() == 1;
   if (a_vector) sa.insert(sa.begin(), known(1));
@@ -17,8 +12,12 @@ void matmul(ShapeContext& c) {
   SymbolicShape out = *broadcast({&batch_a, &batch_b});
   if (!a_vector) out.push_back(sa[sa.size() - 2]);
   if (!b_vector) out.push_back(sb.back());
-  c.set(0, c.dtype(0), out);
+  return out;
 }
+
+namespace {
+
+void matmul(ShapeContext& c) { c.set(0, c.dtype(0), matmul_shape(c.shape(0), c.shape(1))); }
 
 void gemm(ShapeContext& c) {
   const SymbolicShape* a = c.shape(0);

@@ -5,6 +5,8 @@
 // layouts oneDNN prefers (blocked, e.g. nChw16c): the input is reordered in and the output
 // out per run, and a constant weight tensor is reordered once per shape. float16 runs
 // there through float32; float64 runs a direct loop.
+#include "ops/cpu/conv.h"
+
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -33,37 +35,6 @@ std::string list_string(const std::vector<int64_t>& v) {
   return shape_string(v);
 }
 
-struct ConvAttributes {
-  AutoPad auto_pad = AutoPad::kNotSet;
-  int64_t group = 1;
-  std::vector<int64_t> kernel_shape, dilations, strides, pads;
-  std::vector<int64_t> output_padding, output_shape;  // ConvTranspose only
-
-  ConvAttributes(const KernelInfo& info, bool transpose) {
-    auto_pad = window::parse_auto_pad(info);
-    group = info.int_attribute("group", 1);
-    if (group < 1) info.fail("group is " + std::to_string(group) + ", expected 1 or more");
-    kernel_shape = info.ints_attribute("kernel_shape", std::vector<int64_t>{});
-    dilations = info.ints_attribute("dilations", std::vector<int64_t>{});
-    strides = info.ints_attribute("strides", std::vector<int64_t>{});
-    pads = info.ints_attribute("pads", std::vector<int64_t>{});
-    if (transpose) {
-      output_padding = info.ints_attribute("output_padding", std::vector<int64_t>{});
-      output_shape = info.ints_attribute("output_shape", std::vector<int64_t>{});
-    }
-    window::check_steps_and_pads(info, strides, dilations, pads);
-  }
-};
-
-// The resolved geometry of one call: everything per spatial axis, pads possibly
-// negative (ConvTranspose with an output_shape larger than the full result).
-struct ConvGeometry {
-  int64_t n = 0, c = 0, m = 0, group = 1;
-  std::vector<int64_t> in, kernel, out, strides, dilations, pad_begin, pad_end;
-  Shape out_shape;
-  size_t spatial() const { return in.size(); }
-};
-
 // Reads an optional per-axis attribute: absent means `fallback` on every axis.
 std::vector<int64_t> per_axis(KernelContext& ctx, const std::vector<int64_t>& v, size_t axes, int64_t fallback,
                               const char* name) {
@@ -82,10 +53,6 @@ ConvGeometry common_geometry(KernelContext& ctx, const ConvAttributes& attrs, co
     ctx.fail("X must be [N, C, spatial...] with 1 or more spatial axes, got " + shape_string(x.shape()));
   if (w.rank() != x.rank()) {
     ctx.fail("W " + shape_string(w.shape()) + " must have the rank of X " + shape_string(x.shape()));
-  }
-  if (x.dtype() != w.dtype()) {
-    ctx.fail("X is " + std::string(dtype_name(x.dtype())) + " but W is " + std::string(dtype_name(w.dtype())) +
-             "; they must have the same element type");
   }
   ConvGeometry g;
   const size_t axes = x.rank() - 2;
@@ -137,6 +104,8 @@ ConvGeometry common_geometry(KernelContext& ctx, const ConvAttributes& attrs, co
   return g;
 }
 
+}  // namespace
+
 ConvGeometry conv_geometry(KernelContext& ctx, const ConvAttributes& attrs, const Tensor& x, const Tensor& w) {
   ConvGeometry g = common_geometry(ctx, attrs, x, w, false);
   g.out.resize(g.spatial());
@@ -170,6 +139,8 @@ ConvGeometry conv_geometry(KernelContext& ctx, const ConvAttributes& attrs, cons
   g.out_shape.insert(g.out_shape.end(), g.out.begin(), g.out.end());
   return g;
 }
+
+namespace {
 
 ConvGeometry conv_transpose_geometry(KernelContext& ctx, const ConvAttributes& attrs, const Tensor& x,
                                      const Tensor& w) {
@@ -222,6 +193,8 @@ ConvGeometry conv_transpose_geometry(KernelContext& ctx, const ConvAttributes& a
 
 // ---- oneDNN path ----
 
+}  // namespace
+
 memory::dims to_dims(const std::vector<int64_t>& v) {
   return memory::dims(v.begin(), v.end());
 }
@@ -243,6 +216,8 @@ memory::desc weights_desc(const ConvGeometry& g, memory::data_type type, bool tr
   strides.insert(strides.end(), kernel_strides.begin(), kernel_strides.end());
   return memory::desc(dims, type, strides);
 }
+
+namespace {
 
 // A prepared convolution: the primitive, the layouts it computes in, and the constant
 // weights already in its layout.
@@ -280,13 +255,15 @@ PreparedConv finish_prepare(const PrimitiveDesc& pd, dnnl::primitive primitive, 
   return p;
 }
 
-// oneDNN wants dilation as the number of skipped elements (ONNX dilation - 1), and does
-// not take negative pads (the caller clamps those and crops).
+}  // namespace
+
 memory::dims dilation_dims(const ConvGeometry& g) {
   memory::dims d;
   for (int64_t v : g.dilations) d.push_back(v - 1);
   return d;
 }
+
+namespace {
 
 // The channel-blocked layout (nCw16c, nChw16c, nCdhw16c) for a tensor of `rank` dims.
 memory::format_tag blocked_tag(size_t rank) {
@@ -690,6 +667,10 @@ class ConvKernel : public OpKernel {
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
     const Tensor& w = ctx.input(1);
+    if (x.dtype() != w.dtype()) {
+      ctx.fail("X is " + std::string(dtype_name(x.dtype())) + " but W is " + std::string(dtype_name(w.dtype())) +
+               "; they must have the same element type");
+    }
     ConvGeometry g = transpose_ ? conv_transpose_geometry(ctx, attrs_, x, w) : conv_geometry(ctx, attrs_, x, w);
     const Tensor* bias = ctx.has_input(2) ? &ctx.input(2) : nullptr;
     if (bias && (bias->dtype() != x.dtype() || bias->shape() != Shape{g.m})) {

@@ -530,7 +530,7 @@ const KernelRegistration kIsInf{
     }};
 
 // Output 0 is input 0 itself: no copy.
-const KernelRegistration kIdentity{"", "Identity", 1, kLatestOpset, [](const KernelInfo&) {
+const KernelRegistration kIdentity{"", "Identity", 1, kLatestOpset, {.packed_types = true}, [](const KernelInfo&) {
                                      return make_kernel([](KernelContext& ctx) { ctx.set_output(0, ctx.input(0)); });
                                    }};
 

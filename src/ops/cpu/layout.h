@@ -3,7 +3,9 @@
 
 #include <onnxtrain/tensor.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,6 +33,65 @@ int64_t normalize_axis(const Where& where, int64_t axis, int64_t rank, std::stri
                " (expected " + std::to_string(-rank) + ".." + std::to_string(rank - 1) + ")");
   }
   return axis < 0 ? axis + rank : axis;
+}
+
+// Transposes blocks: dst[i * dst_row + j] = src[i + j * src_col] for i < rows, j < cols.
+// Works in 8 x 8 tiles through a local buffer: each tile reads 8 source rows and writes 8
+// destination rows, so even power-of-two strides (which map every row to one cache set)
+// stay within the L1 cache's associativity.
+// A 16 x 16 tile of bytes transposed in registers: four rounds of interleaving row r with
+// row r + 8 (each round rotates the index bits by one; four swap row and column).
+inline void transpose_16x16_bytes(uint8_t* dst, int64_t dst_row, const uint8_t* src, int64_t src_col) {
+  typedef uint8_t Bytes16 __attribute__((vector_size(16)));
+  Bytes16 r[16], u[16];
+  for (int j = 0; j < 16; ++j) std::memcpy(&r[j], src + j * src_col, 16);
+  for (int round = 0; round < 4; ++round) {
+    for (int i = 0; i < 8; ++i) {
+      u[2 * i] = __builtin_shufflevector(r[i], r[i + 8], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+      u[2 * i + 1] =
+          __builtin_shufflevector(r[i], r[i + 8], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    }
+    std::memcpy(r, u, sizeof r);
+  }
+  for (int i = 0; i < 16; ++i) std::memcpy(dst + i * dst_row, &r[i], 16);
+}
+
+template <typename U>
+void transpose_block(U* dst, const U* src, int64_t rows, int64_t cols, int64_t dst_row, int64_t src_col) {
+  if constexpr (sizeof(U) == 1) {  // whole 16 x 16 tiles in registers, the edges below
+    const int64_t full_rows = rows / 16 * 16, full_cols = cols / 16 * 16;
+    for (int64_t j0 = 0; j0 < full_cols; j0 += 16)
+      for (int64_t i0 = 0; i0 < full_rows; i0 += 16)
+        transpose_16x16_bytes(reinterpret_cast<uint8_t*>(dst + i0 * dst_row + j0), dst_row,
+                              reinterpret_cast<const uint8_t*>(src + i0 + j0 * src_col), src_col);
+    for (int64_t i = 0; i < rows; ++i) {
+      const int64_t j_begin = i < full_rows ? full_cols : 0;
+      for (int64_t j = j_begin; j < cols; ++j) dst[i * dst_row + j] = src[i + j * src_col];
+    }
+    return;
+  }
+  constexpr int64_t kTile = 8;
+  U tile[kTile][kTile];
+  for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
+    const int64_t nj = std::min(kTile, cols - j0);
+    for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
+      const int64_t ni = std::min(kTile, rows - i0);
+      if (ni == kTile && nj == kTile) {
+        for (int64_t j = 0; j < kTile; ++j) {
+          const U* s = src + i0 + (j0 + j) * src_col;
+          for (int64_t i = 0; i < kTile; ++i) tile[i][j] = s[i];
+        }
+        for (int64_t i = 0; i < kTile; ++i) {
+          U* d = dst + (i0 + i) * dst_row + j0;
+          for (int64_t j = 0; j < kTile; ++j) d[j] = tile[i][j];
+        }
+        continue;
+      }
+      for (int64_t i = 0; i < ni; ++i) {
+        for (int64_t j = 0; j < nj; ++j) dst[(i0 + i) * dst_row + j0 + j] = src[i0 + i + (j0 + j) * src_col];
+      }
+    }
+  }
 }
 
 // Row-major element strides of `shape`.

@@ -1,6 +1,8 @@
 // Matrix products: MatMul (numpy semantics, batched with broadcasting) and Gemm
 // (transA/transB, alpha, beta, C broadcast). float32 and bfloat16 run on oneDNN's matmul;
 // float16 runs there through float32; float64 and integers run a plain blocked loop.
+#include "ops/cpu/matmul.h"
+
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -29,14 +31,6 @@ void check_same_dtype(KernelContext& ctx, const Tensor& a, const Tensor& b, cons
              dtype_string(b.dtype()) + "; they must have the same element type");
   }
 }
-
-// The problem one MatMul call solves, after numpy's promotion of 1-D operands and with
-// the batch dimensions broadcast and collapsed: a [..., m, k] x b [..., k, n].
-struct MatmulProblem {
-  Shape out;                  // the ONNX output shape
-  memory::dims a, b, c;       // oneDNN dims (rank 2 or more), equal ranks
-  onednn::MatmulBatch batch;  // the same problem as offsets, for the plain loop
-};
 
 // Collapses the broadcast batch dimensions of a and b (both padded to the output's
 // batch rank). Adjacent dims that broadcast the same way merge into one; when b has no
@@ -107,6 +101,8 @@ void collapse_batch(const Shape& a_batch, const Shape& b_batch, const Shape& out
   }
 }
 
+}  // namespace
+
 MatmulProblem matmul_problem(KernelContext& ctx, const Shape& a_shape, const Shape& b_shape) {
   if (a_shape.empty() || b_shape.empty()) {
     ctx.fail("inputs must have rank 1 or more, got A " + shape_string(a_shape) + " and B " + shape_string(b_shape));
@@ -144,16 +140,6 @@ MatmulProblem matmul_problem(KernelContext& ctx, const Shape& a_shape, const Sha
   return p;
 }
 
-// A prepared oneDNN matmul: the primitive, and the constant B already reordered into the
-// layout the primitive prefers.
-struct PreparedMatmul {
-  onednn::Primitive primitive;
-  Tensor packed_b;  // undefined unless B is constant
-};
-
-// Creates the primitive, on as many of `threads` as its size is worth; with a constant B,
-// lets oneDNN choose B's layout and packs B once, so runs skip the per-call copy of the
-// weights. A defined `bias_md` adds a bias argument.
 PreparedMatmul prepare_matmul(memory::data_type type, const memory::desc& a_md, const memory::desc& b_md,
                               const memory::desc& c_md, const memory::desc& bias_md, const dnnl::primitive_attr& attr,
                               const void* constant_b, onednn::PackedConstant& packed, int threads) {
@@ -174,8 +160,7 @@ PreparedMatmul prepare_matmul(memory::data_type type, const memory::desc& a_md, 
   return prepared;
 }
 
-void run_matmul(KernelContext& ctx, PreparedMatmul& p, const void* a, const void* b, void* c,
-                const void* bias = nullptr) {
+void run_matmul(KernelContext& ctx, PreparedMatmul& p, const void* a, const void* b, void* c, const void* bias) {
   const void* weights = p.packed_b.defined() ? p.packed_b.raw_data() : b;
   if (bias) {
     p.primitive.run(ctx, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}, {DNNL_ARG_BIAS, bias}});
@@ -183,6 +168,8 @@ void run_matmul(KernelContext& ctx, PreparedMatmul& p, const void* a, const void
     p.primitive.run(ctx, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, c}});
   }
 }
+
+namespace {
 
 // The element types MatMul/Gemm compute with plain loops.
 #define MATMUL_LOOP_TYPES double, int32_t, int64_t, uint32_t, uint64_t

@@ -131,36 +131,6 @@ struct Odometer {
   }
 };
 
-// Transposes blocks: dst[i * dst_row + j] = src[i + j * src_col] for i < rows, j < cols.
-// Works in 8 x 8 tiles through a local buffer: each tile reads 8 source rows and writes 8
-// destination rows, so even power-of-two strides (which map every row to one cache set)
-// stay within the L1 cache's associativity.
-template <typename U>
-void transpose_block(U* dst, const U* src, int64_t rows, int64_t cols, int64_t dst_row, int64_t src_col) {
-  constexpr int64_t kTile = 8;
-  U tile[kTile][kTile];
-  for (int64_t j0 = 0; j0 < cols; j0 += kTile) {
-    const int64_t nj = std::min(kTile, cols - j0);
-    for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
-      const int64_t ni = std::min(kTile, rows - i0);
-      if (ni == kTile && nj == kTile) {
-        for (int64_t j = 0; j < kTile; ++j) {
-          const U* s = src + i0 + (j0 + j) * src_col;
-          for (int64_t i = 0; i < kTile; ++i) tile[i][j] = s[i];
-        }
-        for (int64_t i = 0; i < kTile; ++i) {
-          U* d = dst + (i0 + i) * dst_row + j0;
-          for (int64_t j = 0; j < kTile; ++j) d[j] = tile[i][j];
-        }
-        continue;
-      }
-      for (int64_t i = 0; i < ni; ++i) {
-        for (int64_t j = 0; j < nj; ++j) dst[(i0 + i) * dst_row + j0 + j] = src[i0 + i + (j0 + j) * src_col];
-      }
-    }
-  }
-}
-
 // The transpose path: the source's unit-stride axis `p` is not the output's last axis, so
 // the copy reads the (p, last) plane of every batch position as a tiled 2-D transpose.
 template <typename U>
@@ -297,17 +267,17 @@ Shape reshape_target(const KernelContext& ctx, const Shape& in, const std::vecto
 }
 
 // Reshape-5+: the shape is input 1; allowzero (14+) makes 0 a real zero-size dimension.
-const KernelRegistration kReshape{"", "Reshape", 5, kLatestOpset, {.host_inputs = {1}}, [](const KernelInfo& info) {
-                                    const bool allow_zero = info.bool_attribute("allowzero", false);
-                                    return make_kernel([allow_zero](KernelContext& ctx) {
-                                      const Tensor& x = ctx.input(0);
-                                      const std::vector<int64_t> requested = required_ints(ctx, 1, "shape");
-                                      ctx.set_output(0,
-                                                     x.reshaped(reshape_target(ctx, x.shape(), requested, allow_zero)));
-                                    });
-                                  }};
+const KernelRegistration kReshape{
+    "", "Reshape", 5, kLatestOpset, {.host_inputs = {1}, .packed_types = true}, [](const KernelInfo& info) {
+      const bool allow_zero = info.bool_attribute("allowzero", false);
+      return make_kernel([allow_zero](KernelContext& ctx) {
+        const Tensor& x = ctx.input(0);
+        const std::vector<int64_t> requested = required_ints(ctx, 1, "shape");
+        ctx.set_output(0, x.reshaped(reshape_target(ctx, x.shape(), requested, allow_zero)));
+      });
+    }};
 
-const KernelRegistration kFlatten{"", "Flatten", 1, kLatestOpset, [](const KernelInfo& info) {
+const KernelRegistration kFlatten{"", "Flatten", 1, kLatestOpset, {.packed_types = true}, [](const KernelInfo& info) {
                                     const int64_t axis = info.int_attribute("axis", 1);
                                     return make_kernel([axis](KernelContext& ctx) {
                                       const Tensor& x = ctx.input(0);
@@ -360,8 +330,9 @@ KernelFactory squeeze_factory(bool axes_is_input) {
   };
 }
 
-const KernelRegistration kSqueeze1{"", "Squeeze", 1, 12, squeeze_factory(false)};
-const KernelRegistration kSqueeze13{"", "Squeeze", 13, kLatestOpset, {.host_inputs = {1}}, squeeze_factory(true)};
+const KernelRegistration kSqueeze1{"", "Squeeze", 1, 12, {.packed_types = true}, squeeze_factory(false)};
+const KernelRegistration kSqueeze13{
+    "", "Squeeze", 13, kLatestOpset, {.host_inputs = {1}, .packed_types = true}, squeeze_factory(true)};
 
 KernelFactory unsqueeze_factory(bool axes_is_input) {
   return [axes_is_input](const KernelInfo& info) {
@@ -382,8 +353,9 @@ KernelFactory unsqueeze_factory(bool axes_is_input) {
   };
 }
 
-const KernelRegistration kUnsqueeze1{"", "Unsqueeze", 1, 12, unsqueeze_factory(false)};
-const KernelRegistration kUnsqueeze13{"", "Unsqueeze", 13, kLatestOpset, {.host_inputs = {1}}, unsqueeze_factory(true)};
+const KernelRegistration kUnsqueeze1{"", "Unsqueeze", 1, 12, {.packed_types = true}, unsqueeze_factory(false)};
+const KernelRegistration kUnsqueeze13{
+    "", "Unsqueeze", 13, kLatestOpset, {.host_inputs = {1}, .packed_types = true}, unsqueeze_factory(true)};
 
 // ---------------------------------------------------------------------------------------
 // Transpose
@@ -963,7 +935,7 @@ const KernelRegistration kEyeLike{"", "EyeLike", 9, kLatestOpset, [](const Kerne
 // Shape, Size, Range, ConstantOfShape, Constant
 
 const KernelRegistration kShape{
-    "", "Shape", 1, kLatestOpset, [](const KernelInfo& info) {
+    "", "Shape", 1, kLatestOpset, {.packed_types = true}, [](const KernelInfo& info) {
       const int64_t start_attribute = info.opset() >= 15 ? info.int_attribute("start", 0) : 0;
       std::optional<int64_t> end_attribute;
       if (info.opset() >= 15 && info.has_attribute("end")) end_attribute = info.int_attribute("end");
@@ -978,7 +950,7 @@ const KernelRegistration kShape{
       });
     }};
 
-const KernelRegistration kSize{"", "Size", 1, kLatestOpset, [](const KernelInfo&) {
+const KernelRegistration kSize{"", "Size", 1, kLatestOpset, {.packed_types = true}, [](const KernelInfo&) {
                                  return make_kernel([](KernelContext& ctx) {
                                    Tensor& out = ctx.allocate_output(0, DType::kInt64, {});
                                    *out.data<int64_t>() = ctx.input(0).numel();

@@ -26,6 +26,8 @@ from onnxtrain.training.api import CheckpointState, Module, Optimizer  # noqa: E
 from onnxtrain.training.onnxblock import optim  # noqa: E402
 from zoo.training import make_case, torch_losses, trainable_names  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 STEPS = 200
 
 OPTIMIZERS = {
@@ -35,14 +37,6 @@ OPTIMIZERS = {
     "sgd-momentum": (optim.SGD(momentum=0.9), 0.01,
                      lambda params: torch.optim.SGD(params, lr=0.01, momentum=0.9)),
 }
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 DTYPES = {"mlp": "float32", "cnn": "float64", "gpt": "float32"}

@@ -16,23 +16,23 @@ import numpy as np
 
 from onnxtrain import _C
 from onnxtrain._logging import logger
-from onnxtrain._session import _bfloat16_dtype, _path
+from onnxtrain import _dtypes
+from onnxtrain._session import _path
 
 PropertyValue = Union[int, float, str]
 
-_BFLOAT16 = 16  # ONNX TensorProto.BFLOAT16
-
 
 def _from_core(array: Any, dtype_code: int) -> np.ndarray:
-    """bfloat16 leaves the core as uint16 bits; show it as ml_dtypes.bfloat16 when installed."""
-    bfloat16 = _bfloat16_dtype()
-    return array.view(bfloat16) if dtype_code == _BFLOAT16 and bfloat16 is not None else array
+    """Types numpy lacks (bfloat16, float8, 4-bit) leave the core as bits; show them as
+    ml_dtypes arrays when it is installed."""
+    return _dtypes.from_bits(array, dtype_code)
 
 
 def _to_core(name: str, value: Any) -> np.ndarray:
     array = np.asarray(value, order="C")
-    if array.dtype.name == "bfloat16":
-        return array.view(np.uint16)
+    code = _dtypes.bits_code(array)
+    if code:
+        return _dtypes.as_bits(array, code)
     if array.dtype.kind not in "biuf":
         raise ValueError(f"parameter '{name}': expected a numeric array, got dtype {array.dtype}")
     return array

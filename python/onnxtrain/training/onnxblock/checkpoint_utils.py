@@ -15,10 +15,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from onnxtrain import _C
+from onnxtrain import _C, _dtypes
 from onnxtrain._logging import logger
-
-_BFLOAT16 = onnx.TensorProto.BFLOAT16
 
 
 def save_checkpoint(
@@ -78,9 +76,10 @@ def load_checkpoint_to_model(path_to_checkpoint: Union[str, "os.PathLike[str]"],
     for index, initializer in enumerate(model.graph.initializer):
         if not state.has_parameter(initializer.name):
             continue
-        tensor = numpy_helper.from_array(np.asarray(state.parameter_data(initializer.name)), initializer.name)
-        if state.parameter_dtype(initializer.name) == _BFLOAT16:
-            tensor.data_type = _BFLOAT16  # the bits came out as uint16
+        # Types numpy lacks (bfloat16, float8, 4-bit) come out as bits: view them as ml_dtypes.
+        data = _dtypes.from_bits(np.asarray(state.parameter_data(initializer.name)),
+                                 state.parameter_dtype(initializer.name))
+        tensor = numpy_helper.from_array(data, initializer.name)
         if tensor.data_type != initializer.data_type or list(tensor.dims) != list(initializer.dims):
             raise ValueError(
                 f"load_checkpoint_to_model: parameter '{initializer.name}' is "
