@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "core/packed.h"
+#include <onnxtrain/packed.h>
 
 namespace nb = nanobind;
 

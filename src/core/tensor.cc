@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
-#include "core/packed.h"
+#include <onnxtrain/packed.h>
 
 namespace onnxtrain {
 

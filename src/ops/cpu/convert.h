@@ -35,7 +35,7 @@
 #include <type_traits>
 
 #include "core/dispatch.h"
-#include "core/packed.h"
+#include <onnxtrain/packed.h>
 #include "ops/cpu/elementwise.h"
 
 namespace onnxtrain::convert {
