@@ -10,7 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
 apt_packages=(cmake ninja-build g++ pkg-config ccache libprotobuf-dev protobuf-compiler libonnx-dev
-              libdnnl-dev nlohmann-json3-dev libgtest-dev libomp-dev python3-venv
+              libdnnl-dev nlohmann-json3-dev libgtest-dev libomp-dev python3-venv clang-format
               # the sanitizer and fuzz builds (scripts/sanitized_build.sh): clang, its ASan/UBSan/libFuzzer runtimes
               clang libclang-rt-14-dev)
 missing=()

@@ -3,6 +3,7 @@
 #   1. scripts/bootstrap.sh   — Debian packages and .venv (skips what is present);
 #      tools/check_layers.py  — the include graph of src/ and the Python imports point one way
 #      tools/check_odr.py     — no type defined at namespace scope in two source files
+#      scripts/check_format.sh — every C++ file follows the repo's .clang-format
 #   2. pip install .          — builds the C++ library, CLI, C++ tests and onnxtrain._C
 #                               (incrementally, in build/<wheel tag>) into .venv
 #   3. ctest                  — the C++ tests
@@ -24,9 +25,14 @@ cd "$root"
 
 scripts/bootstrap.sh
 
-echo "== structure: includes point down the layers, no Python import cycles, no duplicated definitions"
+echo "== structure: includes point down the layers, no Python import cycles, no duplicated definitions, format"
 .venv/bin/python tools/check_layers.py
 .venv/bin/python tools/check_odr.py
+scripts/check_format.sh
+
+# A fresh clone in another folder compiles the same sources: with paths relative to the
+# clone, ccache serves them from an earlier build on this machine.
+export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
 
 echo "== building onnxtrain into .venv"
 .venv/bin/python -m pip install -q --no-build-isolation --no-deps --upgrade . -C cmake.define.ONNXTRAIN_BUILD_TESTS=ON

@@ -82,7 +82,7 @@ class InferenceSession {
 };
 
 // A registered kernel: `op_type` of `domain` ("" is ONNX's default domain) for opsets
-// since_version..until_version (inclusive; INT_MAX means "and every later one").
+// since_version..until_version (inclusive; kernels are checked up to the newest opset the loader accepts, 24).
 struct OpSupport {
   std::string domain;
   std::string op_type;

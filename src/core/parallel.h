@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 
 namespace onnxtrain {
 
@@ -37,12 +38,21 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
     f(int64_t{0}, n);
     return;
   }
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+  // An exception must not leave an OpenMP region (the process would terminate): the first
+  // one thrown is kept, the other chunks still run, and it is rethrown after the region.
+  std::exception_ptr error;
+#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t begin = n * c / chunks;
     const int64_t end = n * (c + 1) / chunks;
-    f(begin, end);
+    try {
+      f(begin, end);
+    } catch (...) {
+#pragma omp critical(onnxtrain_parallel_for_error)
+      if (!error) error = std::current_exception();
+    }
   }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace onnxtrain

@@ -1,6 +1,8 @@
 #include "ir/onnx_io.h"
 
 #include <fcntl.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,19 +11,14 @@
 #include <climits>
 #include <cstring>
 #include <fstream>
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <unordered_map>
 
 #include "core/dispatch.h"
 #include "core/file.h"
+#include "ir/opset.h"
 #include "onnx/onnx-ml.pb.h"
 
 namespace onnxtrain::ir {
-// The newest opset of the default domain that onnxtrain knows (ONNX 1.19's): a model importing
-// a later one may use ops whose meaning changed since, and is refused at load.
-constexpr int64_t kNewestOnnxOpset = 24;
-
 namespace {
 
 namespace fs = std::filesystem;
@@ -31,8 +28,8 @@ class ExternalData {
  public:
   explicit ExternalData(fs::path base_dir) : base_dir_(std::move(base_dir)) {}
 
-  Tensor read(const std::string& tensor_name, DType dtype, Shape shape, const std::string& location,
-              size_t offset, std::optional<size_t> length) {
+  Tensor read(const std::string& tensor_name, DType dtype, Shape shape, const std::string& location, size_t offset,
+              std::optional<size_t> length) {
     if (location.empty() || fs::path(location).is_absolute() || location.find("..") != std::string::npos) {
       throw Error("tensor '" + tensor_name + "': external data location '" + location +
                       "' must be a relative path inside the model's folder",
@@ -47,8 +44,8 @@ class ExternalData {
     }
     if (offset > file.size || bytes > file.size - offset) {
       throw Error("tensor '" + tensor_name + "': external data file '" + (base_dir_ / location).string() +
-                      "' is too short (" + std::to_string(file.size) + " bytes, need " +
-                      std::to_string(offset) + " + " + std::to_string(bytes) + ")",
+                      "' is too short (" + std::to_string(file.size) + " bytes, need " + std::to_string(offset) +
+                      " + " + std::to_string(bytes) + ")",
                   ErrorKind::kInvalidModel);
     }
     // Copy out of the mapping: a tensor must stay valid and aligned after the file changes.
@@ -186,9 +183,12 @@ struct Reader {
     size_t offset = 0;
     std::optional<size_t> length;
     for (const auto& entry : proto.external_data()) {
-      if (entry.key() == "location") location = entry.value();
-      else if (entry.key() == "offset") offset = external_data_number(proto.name(), "offset", entry.value());
-      else if (entry.key() == "length") length = external_data_number(proto.name(), "length", entry.value());
+      if (entry.key() == "location")
+        location = entry.value();
+      else if (entry.key() == "offset")
+        offset = external_data_number(proto.name(), "offset", entry.value());
+      else if (entry.key() == "length")
+        length = external_data_number(proto.name(), "length", entry.value());
     }
     if (external == nullptr) {
       throw Error("tensor '" + proto.name() + "' uses external data, which needs the model's path",
@@ -263,9 +263,12 @@ struct Reader {
   // "" is ONNX's "no value" (an omitted optional input or output): it cannot name an
   // initializer, a graph input or output, or a Constant's value.
   static void check_names(const Graph& g) {
-    const auto where = [&](const std::string& what) { return "graph '" + g.name + "': " + what + " has an empty name"; };
+    const auto where = [&](const std::string& what) {
+      return "graph '" + g.name + "': " + what + " has an empty name";
+    };
     for (size_t i = 0; i < g.initializers.size(); ++i) {
-      if (g.initializers[i].first.empty()) throw Error(where("initializer " + std::to_string(i)), ErrorKind::kInvalidModel);
+      if (g.initializers[i].first.empty())
+        throw Error(where("initializer " + std::to_string(i)), ErrorKind::kInvalidModel);
     }
     for (size_t i = 0; i < g.inputs.size(); ++i) {
       if (g.inputs[i].name.empty()) throw Error(where("input " + std::to_string(i)), ErrorKind::kInvalidModel);
@@ -400,17 +403,38 @@ struct Writer {
     proto->set_type(static_cast<onnx::AttributeProto::AttributeType>(a.type));
     if (!a.ref_attr_name.empty()) return;  // a reference (inside a function body) carries no value
     switch (a.type) {
-      case AttributeType::kFloat: proto->set_f(a.f); break;
-      case AttributeType::kInt: proto->set_i(a.i); break;
-      case AttributeType::kString: proto->set_s(a.s); break;
-      case AttributeType::kTensor: tensor("", a.t, proto->mutable_t()); break;
-      case AttributeType::kGraph: graph(*a.g, proto->mutable_g()); break;
-      case AttributeType::kFloats: for (float v : a.floats) proto->add_floats(v); break;
-      case AttributeType::kInts: for (int64_t v : a.ints) proto->add_ints(v); break;
-      case AttributeType::kStrings: for (const auto& v : a.strings) proto->add_strings(v); break;
-      case AttributeType::kTensors: for (const auto& t : a.tensors) tensor("", t, proto->add_tensors()); break;
-      case AttributeType::kGraphs: for (const auto& g : a.graphs) graph(*g, proto->add_graphs()); break;
-      default: break;
+      case AttributeType::kFloat:
+        proto->set_f(a.f);
+        break;
+      case AttributeType::kInt:
+        proto->set_i(a.i);
+        break;
+      case AttributeType::kString:
+        proto->set_s(a.s);
+        break;
+      case AttributeType::kTensor:
+        tensor("", a.t, proto->mutable_t());
+        break;
+      case AttributeType::kGraph:
+        graph(*a.g, proto->mutable_g());
+        break;
+      case AttributeType::kFloats:
+        for (float v : a.floats) proto->add_floats(v);
+        break;
+      case AttributeType::kInts:
+        for (int64_t v : a.ints) proto->add_ints(v);
+        break;
+      case AttributeType::kStrings:
+        for (const auto& v : a.strings) proto->add_strings(v);
+        break;
+      case AttributeType::kTensors:
+        for (const auto& t : a.tensors) tensor("", t, proto->add_tensors());
+        break;
+      case AttributeType::kGraphs:
+        for (const auto& g : a.graphs) graph(*g, proto->add_graphs());
+        break;
+      default:
+        break;
     }
     if (a.type == AttributeType::kTensor && a.t.defined()) proto->mutable_t()->clear_name();
   }
@@ -504,8 +528,7 @@ Model load_model(const fs::path& path) {
   const std::string bytes = read_file(path);
   ExternalData external(path.parent_path());
   Reader reader{&external};
-  const auto proto = parse_model_proto(std::as_bytes(std::span(bytes.data(), bytes.size())),
-                                       "'" + path.string() + "'");
+  const auto proto = parse_model_proto(std::as_bytes(std::span(bytes.data(), bytes.size())), "'" + path.string() + "'");
   try {
     return reader.model(proto);
   } catch (const Error& e) {
@@ -542,8 +565,8 @@ void save_model(const Model& model, const fs::path& path, const SaveOptions& opt
   std::optional<AtomicFile> data_file;
   std::ofstream data_stream;
   if (writer.threshold) {
-    writer.data_file_name = options.external_data_file.empty() ? path.filename().string() + ".data"
-                                                                : options.external_data_file;
+    writer.data_file_name =
+        options.external_data_file.empty() ? path.filename().string() + ".data" : options.external_data_file;
     data_file.emplace(path.parent_path() / writer.data_file_name);
     data_stream.open(data_file->temporary_path(), std::ios::binary);
     writer.data_file = &data_stream;

@@ -22,8 +22,8 @@ void KernelInfo::fail(const std::string& message) const {
 const ir::Attribute& KernelInfo::typed_attribute(std::string_view name, ir::AttributeType type) const {
   const ir::Attribute* a = node_.attribute(name);
   if (a->type != type) {
-    fail("attribute '" + std::string(name) + "' has type " + std::to_string(static_cast<int>(a->type)) +
-         ", expected " + std::to_string(static_cast<int>(type)));
+    fail("attribute '" + std::string(name) + "' has type " + std::to_string(static_cast<int>(a->type)) + ", expected " +
+         std::to_string(static_cast<int>(type)));
   }
   return *a;
 }
@@ -98,10 +98,21 @@ Tensor& KernelContext::allocate_output_in_place(size_t i, size_t j, DType dtype,
   return outputs_[i];
 }
 
-void KernelContext::set_output(size_t i, Tensor tensor) { outputs_[i] = std::move(tensor); }
+void KernelContext::set_output(size_t i, Tensor tensor) {
+  outputs_[i] = std::move(tensor);
+}
 
 void KernelContext::fail(const std::string& message) const {
   throw Error(node_.describe() + ": " + message, ErrorKind::kInvalidArgument);
+}
+
+void KernelContext::require_alike(const Tensor& a, const Tensor& b, std::string_view what) const {
+  if (a.shape() != b.shape()) {
+    fail(std::string(what) + ": shapes " + shape_string(a.shape()) + " and " + shape_string(b.shape()) + " differ");
+  }
+  if (a.dtype() != b.dtype()) {
+    fail(std::string(what) + ": element types " + dtype_name(a.dtype()) + " and " + dtype_name(b.dtype()) + " differ");
+  }
 }
 
 }  // namespace onnxtrain

@@ -109,6 +109,9 @@ class KernelContext {
   int num_threads() const { return execution_.num_threads; }
   // Throws an Error (kInvalidArgument) that names the node.
   [[noreturn]] void fail(const std::string& message) const;
+  // Fails unless `a` and `b` have one shape and one element type (a gradient and the value
+  // it is the gradient of); `what` names the check in the message.
+  void require_alike(const Tensor& a, const Tensor& b, std::string_view what) const;
 
  private:
   const ir::Node& node_;

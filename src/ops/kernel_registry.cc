@@ -53,12 +53,12 @@ const KernelDef* KernelRegistry::find(std::string_view domain, std::string_view 
   return nullptr;
 }
 
-bool KernelRegistry::knows(std::string_view domain, std::string_view op_type) const {
-  domain = ir::canonical_domain(domain);
-  for (const KernelDef& d : defs_) {
-    if (d.domain == domain && d.op_type == op_type) return true;
-  }
-  return false;
+KernelFactory same_kernel_as(std::string domain, std::string op_type, int opset) {
+  return [domain = std::move(domain), op_type = std::move(op_type), opset](const KernelInfo& info) {
+    const KernelDef* def = KernelRegistry::global().find(domain, op_type, opset);
+    if (def == nullptr) info.fail("no kernel " + domain + "::" + op_type + " to share");
+    return def->create(info);
+  };
 }
 
 }  // namespace onnxtrain

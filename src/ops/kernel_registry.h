@@ -8,18 +8,20 @@
 //   const KernelRegistration kReshape{"", "Reshape", 5, kLatestOpset, {.host_inputs = {1}}, factory};
 #pragma once
 
-#include <climits>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "ir/opset.h"
 #include "ops/kernel.h"
 
 namespace onnxtrain {
 
-inline constexpr int kLatestOpset = INT_MAX;
+// The last opset a kernel without a later version was checked against: the newest the
+// loader accepts (a kernel's range is capped there, not left open to opsets that may change it).
+inline constexpr int kLatestOpset = ir::kNewestOnnxOpset;
 
 using KernelFactory = std::function<std::unique_ptr<OpKernel>(const KernelInfo&)>;
 
@@ -52,13 +54,16 @@ class KernelRegistry {
   // `dtype` (kUndefined: not known yet), or nullptr.
   const KernelDef* find(std::string_view domain, std::string_view op_type, int64_t opset, Device device = Device::cpu(),
                         DType dtype = DType::kUndefined) const;
-  // True when some opset of this op has a kernel.
-  bool knows(std::string_view domain, std::string_view op_type) const;
   const std::vector<KernelDef>& all() const { return defs_; }
 
  private:
   std::vector<KernelDef> defs_;
 };
+
+// A factory that creates the kernel of `domain`::`op_type` (at `opset`): an op another domain
+// names differently (com.microsoft's gradient ops) runs the same kernel. The kernel is looked
+// up when one is created, so the files registering the two may load in either order.
+KernelFactory same_kernel_as(std::string domain, std::string op_type, int opset = 1);
 
 // Registers a kernel while the library loads.
 struct KernelRegistration {

@@ -127,7 +127,7 @@ def test_a_node_reading_an_unknown_value_is_refused():
 
 def test_supported_ops_lists_registered_kernels():
     ops = onnxtrain.supported_ops()
-    assert ("", "Add", 7, 2**31 - 1) in ops
+    assert ("", "Add", 7, 24) in ops
     assert all(len(op) == 4 and op[2] <= op[3] for op in ops)
 
 

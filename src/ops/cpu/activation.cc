@@ -30,14 +30,14 @@ std::unique_ptr<OpKernel> float_activation(Op op) {
   });
 }
 
-const KernelRegistration kRelu{"", "Relu", 6, kLatestOpset, [](const KernelInfo&) {
-                                 return make_kernel([](KernelContext& ctx) {
-                                   dispatch<ONNXTRAIN_FLOAT_TYPES, ONNXTRAIN_SIGNED_INT_TYPES>(
-                                       ctx.input(0).dtype(), "Relu", [&]<typename T>() {
-                                         unary<T>(ctx, [](auto x) { return x < decltype(x)(0) ? decltype(x)(0) : x; });  // NaN stays NaN
-                                       });
-                                 });
-                               }};
+const KernelRegistration kRelu{
+    "", "Relu", 6, kLatestOpset, [](const KernelInfo&) {
+      return make_kernel([](KernelContext& ctx) {
+        dispatch<ONNXTRAIN_FLOAT_TYPES, ONNXTRAIN_SIGNED_INT_TYPES>(ctx.input(0).dtype(), "Relu", [&]<typename T>() {
+          unary<T>(ctx, [](auto x) { return x < decltype(x)(0) ? decltype(x)(0) : x; });  // NaN stays NaN
+        });
+      });
+    }};
 
 const KernelRegistration kLeakyRelu{"", "LeakyRelu", 6, kLatestOpset, [](const KernelInfo& info) {
                                       const float alpha = info.float_attribute("alpha", 0.01f);
@@ -148,13 +148,14 @@ std::unique_ptr<OpKernel> gelu(bool tanh) {
   });
 }
 
-const KernelRegistration kGelu{"", "Gelu", 20, kLatestOpset, [](const KernelInfo& info) {
-                                 const std::string approximate = info.string_attribute("approximate", "none");
-                                 if (approximate != "none" && approximate != "tanh") {
-                                   info.fail("attribute 'approximate' is '" + approximate + "', expected 'none' or 'tanh'");
-                                 }
-                                 return gelu(approximate == "tanh");
-                               }};
+const KernelRegistration kGelu{
+    "", "Gelu", 20, kLatestOpset, [](const KernelInfo& info) {
+      const std::string approximate = info.string_attribute("approximate", "none");
+      if (approximate != "none" && approximate != "tanh") {
+        info.fail("attribute 'approximate' is '" + approximate + "', expected 'none' or 'tanh'");
+      }
+      return gelu(approximate == "tanh");
+    }};
 
 // The fused GELU of models before opset 20 (src/passes/fuse_gelu.h).
 const KernelRegistration kFusedGelu{"org.onnxtrain", "Gelu", 1, kLatestOpset,
@@ -420,6 +421,121 @@ const KernelRegistration kMicrosoftBiasGelu{
             const T x = av[i] + bv[i % n];
             out[i] = T(0.5) * x * vector_math::erfc(x * T(-0.70710678118654752440));
           }
+        });
+      });
+    }};
+
+// ---- gradients: dX = f(dY, Y or X) ----
+
+template <typename F>
+KernelFactory elementwise_grad(const char* name, F f) {
+  return [name, f](const KernelInfo&) {
+    return make_kernel([name, f](KernelContext& ctx) {
+      ctx.require_alike(ctx.input(0), ctx.input(1), name);
+      dispatch<ONNXTRAIN_FLOAT_TYPES>(ctx.input(0).dtype(), name,
+                                      [&]<typename T>() { elementwise::binary<T, T, T>(ctx, f); });
+    });
+  };
+}
+
+const KernelRegistration kReluGrad{
+    "org.onnxtrain", "ReluGrad", 1, kLatestOpset,
+    elementwise_grad("ReluGrad", [](auto dy, auto y) { return y > decltype(y)(0) ? dy : decltype(y)(0); })};
+
+const KernelRegistration kSigmoidGrad{
+    "org.onnxtrain", "SigmoidGrad", 1, kLatestOpset,
+    elementwise_grad("SigmoidGrad", [](auto dy, auto y) { return dy * (y * (decltype(y)(1) - y)); })};
+
+const KernelRegistration kTanhGrad{
+    "org.onnxtrain", "TanhGrad", 1, kLatestOpset,
+    elementwise_grad("TanhGrad", [](auto dy, auto y) { return dy * (decltype(y)(1) - y * y); })};
+
+// Phi(x) + x phi(x), Phi and phi the standard normal CDF and density.
+const KernelRegistration kGeluGrad{"org.onnxtrain", "GeluGrad", 1, kLatestOpset,
+                                   elementwise_grad("GeluGrad", [](auto dy, auto x) {
+                                     using C = decltype(x);
+                                     const C cdf = C(0.5) * vector_math::erfc(x * C(-0.70710678118654752));
+                                     const C density = vector_math::exp(C(-0.5) * x * x) * C(0.39894228040143268);
+                                     return dy * (cdf + x * density);
+                                   })};
+
+const KernelRegistration kGeluTanhGrad{"org.onnxtrain", "GeluTanhGrad", 1, kLatestOpset,
+                                       elementwise_grad("GeluTanhGrad", [](auto dy, auto x) {
+                                         using C = decltype(x);
+                                         const C k = C(0.79788456080286536);
+                                         const C t = vector_math::tanh(k * (x + C(0.044715) * x * x * x));
+                                         const C du = k * (C(1) + C(0.134145) * x * x);
+                                         return dy * (C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * du);
+                                       })};
+
+// com.microsoft's gradient ops (onnxruntime-training's artifacts): where one computes what an
+// org.onnxtrain op computes, the same kernel runs it.
+const KernelRegistration kMicrosoftGeluGrad{"com.microsoft", "GeluGrad", 1, kLatestOpset,
+                                            same_kernel_as("org.onnxtrain", "GeluGrad")};
+const KernelRegistration kMicrosoftFastGeluGrad{"com.microsoft", "FastGeluGrad", 1, kLatestOpset,
+                                                same_kernel_as("org.onnxtrain", "GeluTanhGrad")};
+
+// ReluGrad reads X where org.onnxtrain's reads Y: X > 0 exactly where Relu's Y > 0.
+const KernelRegistration kMicrosoftReluGrad{
+    "com.microsoft", "ReluGrad", 1, kLatestOpset,
+    elementwise_grad("ReluGrad", [](auto dy, auto x) { return x > decltype(x)(0) ? dy : decltype(x)(0); })};
+
+const KernelRegistration kMicrosoftSigmoidGrad{
+    "com.microsoft", "SigmoidGrad", 1, kLatestOpset,
+    elementwise_grad("SigmoidGrad", [](auto dy, auto y) { return dy * (y * (decltype(y)(1) - y)); })};
+
+const KernelRegistration kMicrosoftTanhGrad{
+    "com.microsoft", "TanhGrad", 1, kLatestOpset,
+    elementwise_grad("TanhGrad", [](auto dy, auto y) { return dy * (decltype(y)(1) - y * y); })};
+
+// dY * GeluGrad(X + B), B broadcast along the last axis (ORT fuses the bias of a Gemm/MatMul).
+const KernelRegistration kMicrosoftBiasGeluGradDx{
+    "com.microsoft", "BiasGeluGrad_dX", 1, kLatestOpset, [](const KernelInfo&) {
+      return make_kernel([](KernelContext& ctx) {
+        const Tensor& dy = ctx.input(0);
+        const Tensor& x = ctx.input(1);
+        const Tensor& b = ctx.input(2);
+        ctx.require_alike(dy, x, "BiasGeluGrad_dX");
+        if (x.rank() == 0 || b.rank() != 1 || b.dim(0) != x.dim(x.rank() - 1) || b.dtype() != x.dtype()) {
+          ctx.fail("B must be a vector of X's last dimension and element type");
+        }
+        Tensor& dx = ctx.allocate_output(0, x.dtype(), x.shape());
+        dispatch<float, double>(x.dtype(), "BiasGeluGrad_dX", [&]<typename T>() {
+          const T* g = dy.data<T>();
+          const T* xv = x.data<T>();
+          const T* bv = b.data<T>();
+          T* out = dx.data<T>();
+          const int64_t n = b.numel();
+          for (int64_t i = 0; i < x.numel(); ++i) {
+            const T v = xv[i] + bv[i % n];
+            const T cdf = T(0.5) * vector_math::erfc(v * T(-0.70710678118654752));
+            const T density = vector_math::exp(T(-0.5) * v * v) * T(0.39894228040143268);
+            out[i] = g[i] * (cdf + v * density);
+          }
+        });
+      });
+    }};
+
+// DropoutGrad (dY, mask, ratio = 0.5, training_mode): dY * mask / (1 - ratio). As ORT's
+// kernel, whatever training_mode says (the recorded ORT run shows it: a mask from an eval
+// forward pass is all true, and ORT scales anyway).
+const KernelRegistration kMicrosoftDropoutGrad{
+    "com.microsoft", "DropoutGrad", 1, kLatestOpset, [](const KernelInfo&) {
+      return make_kernel([](KernelContext& ctx) {
+        const Tensor& dy = ctx.input(0);
+        const Tensor& mask = ctx.input(1);
+        if (mask.dtype() != DType::kBool || mask.shape() != dy.shape()) {
+          ctx.fail("mask must be bool and of dY's shape " + shape_string(dy.shape()));
+        }
+        const double ratio = ctx.has_input(2) ? ctx.input(2).item_as_double() : 0.5;
+        if (!(ratio >= 0 && ratio < 1)) ctx.fail("ratio must be in [0, 1), got " + std::to_string(ratio));
+        Tensor& dx = ctx.allocate_output(0, dy.dtype(), dy.shape());
+        dispatch<float, double>(dy.dtype(), "DropoutGrad", [&]<typename T>() {
+          const T* g = dy.data<T>();
+          const bool* m = mask.data<bool>();
+          T* out = dx.data<T>();
+          const T scale = static_cast<T>(1.0 / (1.0 - ratio));
+          for (int64_t i = 0; i < dy.numel(); ++i) out[i] = m[i] ? g[i] * scale : T(0);
         });
       });
     }};

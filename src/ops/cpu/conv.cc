@@ -27,197 +27,7 @@ using onednn::memory;
 
 using window::AutoPad;
 
-int64_t floor_div(int64_t a, int64_t b) {
-  return a / b - ((a % b != 0) && ((a < 0) != (b < 0)));
-}
-
-std::string list_string(const std::vector<int64_t>& v) {
-  return shape_string(v);
-}
-
-// Reads an optional per-axis attribute: absent means `fallback` on every axis.
-std::vector<int64_t> per_axis(KernelContext& ctx, const std::vector<int64_t>& v, size_t axes, int64_t fallback,
-                              const char* name) {
-  if (v.empty()) return std::vector<int64_t>(axes, fallback);
-  if (v.size() != axes) {
-    ctx.fail(std::string(name) + " " + list_string(v) + " has " + std::to_string(v.size()) + " values, expected " +
-             std::to_string(axes) + " (one per spatial axis)");
-  }
-  return v;
-}
-
-// Checks X and W and fills the parts of the geometry common to Conv and ConvTranspose.
-ConvGeometry common_geometry(KernelContext& ctx, const ConvAttributes& attrs, const Tensor& x, const Tensor& w,
-                             bool transpose) {
-  if (x.rank() < 3)
-    ctx.fail("X must be [N, C, spatial...] with 1 or more spatial axes, got " + shape_string(x.shape()));
-  if (w.rank() != x.rank()) {
-    ctx.fail("W " + shape_string(w.shape()) + " must have the rank of X " + shape_string(x.shape()));
-  }
-  ConvGeometry g;
-  const size_t axes = x.rank() - 2;
-  if (axes > 3)
-    ctx.fail("X " + shape_string(x.shape()) + " has " + std::to_string(axes) +
-             " spatial axes; onnxtrain convolves over 1 to 3");
-  g.n = x.dim(0);
-  g.c = x.dim(1);
-  g.group = attrs.group;
-  if (g.c % g.group != 0) {
-    ctx.fail("X has " + std::to_string(g.c) + " channels, not a multiple of group " + std::to_string(g.group));
-  }
-  if (transpose) {
-    if (w.dim(0) != g.c) {
-      ctx.fail("W " + shape_string(w.shape()) + " must have X's " + std::to_string(g.c) +
-               " input channels in its first dimension");
-    }
-    g.m = w.dim(1) * g.group;
-  } else {
-    if (w.dim(1) * g.group != g.c) {
-      ctx.fail("W " + shape_string(w.shape()) + " expects " + std::to_string(w.dim(1) * g.group) +
-               " input channels (W[1] * group " + std::to_string(g.group) + "), X " + shape_string(x.shape()) +
-               " has " + std::to_string(g.c));
-    }
-    g.m = w.dim(0);
-    if (g.m % g.group != 0) {
-      ctx.fail("W has " + std::to_string(g.m) + " output channels, not a multiple of group " + std::to_string(g.group));
-    }
-  }
-  g.in.assign(x.shape().begin() + 2, x.shape().end());
-  g.kernel.assign(w.shape().begin() + 2, w.shape().end());
-  if (!attrs.kernel_shape.empty() && attrs.kernel_shape != g.kernel) {
-    ctx.fail("kernel_shape " + list_string(attrs.kernel_shape) + " does not match W " + shape_string(w.shape()));
-  }
-  g.strides = per_axis(ctx, attrs.strides, axes, 1, "strides");
-  g.dilations = per_axis(ctx, attrs.dilations, axes, 1, "dilations");
-  if (!attrs.pads.empty() && attrs.pads.size() != 2 * axes) {
-    ctx.fail("pads " + list_string(attrs.pads) + " has " + std::to_string(attrs.pads.size()) + " values, expected " +
-             std::to_string(2 * axes) + " (begin and end per spatial axis)");
-  }
-  g.pad_begin.assign(axes, 0);
-  g.pad_end.assign(axes, 0);
-  if (!attrs.pads.empty() && attrs.auto_pad == AutoPad::kNotSet) {
-    for (size_t i = 0; i < axes; ++i) {
-      g.pad_begin[i] = attrs.pads[i];
-      g.pad_end[i] = attrs.pads[axes + i];
-    }
-  }
-  return g;
-}
-
-}  // namespace
-
-ConvGeometry conv_geometry(KernelContext& ctx, const ConvAttributes& attrs, const Tensor& x, const Tensor& w) {
-  ConvGeometry g = common_geometry(ctx, attrs, x, w, false);
-  g.out.resize(g.spatial());
-  for (size_t i = 0; i < g.spatial(); ++i) {
-    const int64_t extent = (g.kernel[i] - 1) * g.dilations[i] + 1;
-    const int64_t s = g.strides[i];
-    switch (attrs.auto_pad) {
-      case AutoPad::kSameUpper:
-      case AutoPad::kSameLower: {
-        g.out[i] = (g.in[i] + s - 1) / s;
-        const int64_t total = std::max<int64_t>(0, (g.out[i] - 1) * s + extent - g.in[i]);
-        const int64_t small = total / 2;
-        g.pad_begin[i] = attrs.auto_pad == AutoPad::kSameUpper ? small : total - small;
-        g.pad_end[i] = total - g.pad_begin[i];
-        break;
-      }
-      case AutoPad::kValid:
-      case AutoPad::kNotSet: {
-        const int64_t span = g.in[i] + g.pad_begin[i] + g.pad_end[i] - extent;
-        g.out[i] = span < 0 ? 0 : span / s + 1;
-        if (span < 0 && g.in[i] > 0) {
-          ctx.fail("the dilated kernel (extent " + std::to_string(extent) + ") is larger than the padded input (" +
-                   std::to_string(g.in[i] + g.pad_begin[i] + g.pad_end[i]) + ") on spatial axis " + std::to_string(i) +
-                   " of X " + shape_string(x.shape()));
-        }
-        break;
-      }
-    }
-  }
-  g.out_shape = {g.n, g.m};
-  g.out_shape.insert(g.out_shape.end(), g.out.begin(), g.out.end());
-  return g;
-}
-
-namespace {
-
-ConvGeometry conv_transpose_geometry(KernelContext& ctx, const ConvAttributes& attrs, const Tensor& x,
-                                     const Tensor& w) {
-  ConvGeometry g = common_geometry(ctx, attrs, x, w, true);
-  const size_t axes = g.spatial();
-  const std::vector<int64_t> output_padding = per_axis(ctx, attrs.output_padding, axes, 0, "output_padding");
-  std::vector<int64_t> target;  // the requested output size per axis, when one is given
-  if (!attrs.output_shape.empty()) {
-    if (attrs.output_shape.size() != axes && attrs.output_shape.size() != axes + 2) {
-      ctx.fail("output_shape " + list_string(attrs.output_shape) + " has " + std::to_string(attrs.output_shape.size()) +
-               " values, expected " + std::to_string(axes));
-    }
-    target.assign(attrs.output_shape.end() - static_cast<int64_t>(axes), attrs.output_shape.end());
-  } else if (attrs.auto_pad == AutoPad::kSameUpper || attrs.auto_pad == AutoPad::kSameLower) {
-    target.resize(axes);
-    for (size_t i = 0; i < axes; ++i) target[i] = g.in[i] * g.strides[i];
-  }
-  g.out.resize(axes);
-  for (size_t i = 0; i < axes; ++i) {
-    if (output_padding[i] < 0) ctx.fail("output_padding " + list_string(output_padding) + " must not be negative");
-    const int64_t extent = (g.kernel[i] - 1) * g.dilations[i] + 1;
-    const int64_t full = g.strides[i] * (g.in[i] - 1) + output_padding[i] + extent;
-    if (!target.empty()) {
-      // The spec: pads follow from the requested size; an odd total puts the extra at
-      // the end, except for SAME_UPPER. A negative total widens the result.
-      const int64_t total = full - target[i];
-      const int64_t half = floor_div(total, 2);
-      if (attrs.auto_pad == AutoPad::kSameUpper) {
-        g.pad_begin[i] = half;
-        g.pad_end[i] = total - half;
-      } else {
-        g.pad_begin[i] = total - half;
-        g.pad_end[i] = half;
-      }
-      g.out[i] = target[i];
-    } else {
-      g.out[i] = full - g.pad_begin[i] - g.pad_end[i];
-    }
-    if (g.out[i] < 0) {
-      ctx.fail("pads " + list_string(attrs.pads) + " are larger than the output (" + std::to_string(full) +
-               ") on spatial axis " + std::to_string(i));
-    }
-    // output_padding extends the end; it shows as a smaller end pad.
-    g.pad_end[i] -= output_padding[i];
-  }
-  g.out_shape = {g.n, g.m};
-  g.out_shape.insert(g.out_shape.end(), g.out.begin(), g.out.end());
-  return g;
-}
-
 // ---- oneDNN path ----
-
-}  // namespace
-
-memory::dims to_dims(const std::vector<int64_t>& v) {
-  return memory::dims(v.begin(), v.end());
-}
-
-// Weights as oneDNN sees them, over ONNX's bytes. Conv W is [M, C/g, k...] and oneDNN's
-// [g, M/g, C/g, k...] is the same memory. ConvTranspose W is [C, M/g, k...] while oneDNN's
-// deconvolution wants [g, M/g, C/g, k...]: the same bytes read with swapped strides.
-memory::desc weights_desc(const ConvGeometry& g, memory::data_type type, bool transpose) {
-  const int64_t k = shape_size(g.kernel);
-  const int64_t in_per_group = g.c / g.group, out_per_group = g.m / g.group;
-  memory::dims dims = {out_per_group, in_per_group};
-  memory::dims strides = transpose ? memory::dims{k, out_per_group * k} : memory::dims{in_per_group * k, k};
-  if (g.group > 1) {
-    dims.insert(dims.begin(), g.group);
-    strides.insert(strides.begin(), in_per_group * out_per_group * k);
-  }
-  const memory::dims kernel_strides = onednn::plain_strides(to_dims(g.kernel));
-  dims.insert(dims.end(), g.kernel.begin(), g.kernel.end());
-  strides.insert(strides.end(), kernel_strides.begin(), kernel_strides.end());
-  return memory::desc(dims, type, strides);
-}
-
-namespace {
 
 // A prepared convolution: the primitive, the layouts it computes in, and the constant
 // weights already in its layout.
@@ -254,16 +64,6 @@ PreparedConv finish_prepare(const PrimitiveDesc& pd, dnnl::primitive primitive, 
   p.dst_blocks = onednn::ChannelBlocks::between(p.dst, dst_user);
   return p;
 }
-
-}  // namespace
-
-memory::dims dilation_dims(const ConvGeometry& g) {
-  memory::dims d;
-  for (int64_t v : g.dilations) d.push_back(v - 1);
-  return d;
-}
-
-namespace {
 
 // The channel-blocked layout (nCw16c, nChw16c, nCdhw16c) for a tensor of `rank` dims.
 memory::format_tag blocked_tag(size_t rank) {
@@ -397,114 +197,6 @@ void run_conv(KernelContext& ctx, PreparedConv& p, const void* x, const void* w,
   if (reorder_out) p.dst_out->run(dst_buffer.raw_data(), y);
 }
 
-// ---- the float64 loop (and the reference for odd cases) ----
-
-// A geometry padded to exactly 3 spatial axes (leading axes of size 1), so one loop
-// serves 1-D, 2-D and 3-D.
-struct Geometry3 {
-  std::array<int64_t, 3> in{1, 1, 1}, kernel{1, 1, 1}, out{1, 1, 1}, stride{1, 1, 1}, dilation{1, 1, 1}, pad{0, 0, 0};
-  explicit Geometry3(const ConvGeometry& g) {
-    const size_t off = 3 - g.spatial();
-    for (size_t i = 0; i < g.spatial(); ++i) {
-      in[off + i] = g.in[i];
-      kernel[off + i] = g.kernel[i];
-      out[off + i] = g.out[i];
-      stride[off + i] = g.strides[i];
-      dilation[off + i] = g.dilations[i];
-      pad[off + i] = g.pad_begin[i];
-    }
-  }
-  int64_t in_size() const { return in[0] * in[1] * in[2]; }
-  int64_t out_size() const { return out[0] * out[1] * out[2]; }
-  int64_t kernel_size() const { return kernel[0] * kernel[1] * kernel[2]; }
-};
-
-// The output range [lo, hi) of a conv axis whose input index o * stride - pad + offset
-// stays inside [0, in).
-std::pair<int64_t, int64_t> valid_outputs(int64_t out, int64_t in, int64_t stride, int64_t pad, int64_t offset) {
-  const int64_t shift = offset - pad;  // input index = o * stride + shift
-  int64_t lo = shift >= 0 ? 0 : (-shift + stride - 1) / stride;
-  int64_t hi = in - shift <= 0 ? 0 : (in - shift - 1) / stride + 1;
-  return {std::min(lo, out), std::clamp<int64_t>(hi, 0, out)};
-}
-
-template <typename T>
-void conv_loop(const ConvGeometry& g, const T* x, const T* w, const T* bias, T* y) {
-  const Geometry3 q(g);
-  const int64_t in_per_group = g.c / g.group, out_per_group = g.m / g.group;
-  const int64_t ks = q.kernel_size(), is = q.in_size(), os = q.out_size();
-  parallel_for(g.n * g.m, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t nm = begin; nm < end; ++nm) {
-      const int64_t n = nm / g.m, m = nm % g.m, group = m / out_per_group;
-      T* yp = y + nm * os;
-      std::fill(yp, yp + os, bias ? bias[m] : T(0));
-      for (int64_t ci = 0; ci < in_per_group; ++ci) {
-        const T* xp = x + (n * g.c + group * in_per_group + ci) * is;
-        const T* wp = w + (m * in_per_group + ci) * ks;
-        for (int64_t kd = 0; kd < q.kernel[0]; ++kd) {
-          auto [d0, d1] = valid_outputs(q.out[0], q.in[0], q.stride[0], q.pad[0], kd * q.dilation[0]);
-          for (int64_t kh = 0; kh < q.kernel[1]; ++kh) {
-            auto [h0, h1] = valid_outputs(q.out[1], q.in[1], q.stride[1], q.pad[1], kh * q.dilation[1]);
-            for (int64_t kw = 0; kw < q.kernel[2]; ++kw) {
-              auto [w0, w1] = valid_outputs(q.out[2], q.in[2], q.stride[2], q.pad[2], kw * q.dilation[2]);
-              const T wv = wp[(kd * q.kernel[1] + kh) * q.kernel[2] + kw];
-              for (int64_t od = d0; od < d1; ++od) {
-                const int64_t id = od * q.stride[0] - q.pad[0] + kd * q.dilation[0];
-                for (int64_t oh = h0; oh < h1; ++oh) {
-                  const int64_t ih = oh * q.stride[1] - q.pad[1] + kh * q.dilation[1];
-                  const T* xr = xp + (id * q.in[1] + ih) * q.in[2] - q.pad[2] + kw * q.dilation[2];
-                  T* yr = yp + (od * q.out[1] + oh) * q.out[2];
-                  for (int64_t ow = w0; ow < w1; ++ow) yr[ow] += wv * xr[ow * q.stride[2]];
-                }
-              }
-            }
-          }
-        }
-      }
-    }
-  });
-}
-
-// ConvTranspose as a scatter: each input element adds w * x to the outputs its kernel
-// covers. One thread owns one output channel plane, so the adds never race.
-template <typename T>
-void conv_transpose_loop(const ConvGeometry& g, const T* x, const T* w, const T* bias, T* y) {
-  const Geometry3 q(g);
-  const int64_t in_per_group = g.c / g.group, out_per_group = g.m / g.group;
-  const int64_t ks = q.kernel_size(), is = q.in_size(), os = q.out_size();
-  parallel_for(g.n * g.m, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t nm = begin; nm < end; ++nm) {
-      const int64_t n = nm / g.m, m = nm % g.m, group = m / out_per_group, mg = m % out_per_group;
-      T* yp = y + nm * os;
-      std::fill(yp, yp + os, bias ? bias[m] : T(0));
-      for (int64_t ci = 0; ci < in_per_group; ++ci) {
-        const int64_t c = group * in_per_group + ci;
-        const T* xp = x + (n * g.c + c) * is;
-        const T* wp = w + (c * out_per_group + mg) * ks;
-        for (int64_t kd = 0; kd < q.kernel[0]; ++kd)
-          for (int64_t kh = 0; kh < q.kernel[1]; ++kh)
-            for (int64_t kw = 0; kw < q.kernel[2]; ++kw) {
-              const T wv = wp[(kd * q.kernel[1] + kh) * q.kernel[2] + kw];
-              // output index = i * stride - pad + k * dilation; the inputs that land inside
-              // are those of valid_outputs with the roles of in and out swapped.
-              auto [d0, d1] = valid_outputs(q.in[0], q.out[0], q.stride[0], q.pad[0], kd * q.dilation[0]);
-              auto [h0, h1] = valid_outputs(q.in[1], q.out[1], q.stride[1], q.pad[1], kh * q.dilation[1]);
-              auto [w0, w1] = valid_outputs(q.in[2], q.out[2], q.stride[2], q.pad[2], kw * q.dilation[2]);
-              for (int64_t id = d0; id < d1; ++id) {
-                const int64_t od = id * q.stride[0] - q.pad[0] + kd * q.dilation[0];
-                for (int64_t ih = h0; ih < h1; ++ih) {
-                  const int64_t oh = ih * q.stride[1] - q.pad[1] + kh * q.dilation[1];
-                  const T* xr = xp + (id * q.in[1] + ih) * q.in[2];
-                  T* yr = yp + (od * q.out[1] + oh) * q.out[2] - q.pad[2] + kw * q.dilation[2];
-                  for (int64_t iw = w0; iw < w1; ++iw) yr[iw * q.stride[2]] += wv * xr[iw];
-                }
-              }
-            }
-      }
-    }
-  });
-}
-
 // ---- 1x1 convolutions as matrix products ----
 
 // A 1x1 convolution without padding or groups (ResNet's downsampling shortcuts): in NCHW
@@ -598,17 +290,17 @@ class StreamingConv {
     const int64_t pixels = g_.n * q_.out_size(), per_image = q_.out_size();
     Tensor patches = ctx.allocate_scratch(DType::kFloat32, {weights_->depth(), pixels});
     gather_patches(x, patches.data<float>());
-    weights_->multiply(patches.data<float>(), pixels, pixels, 1, static_cast<int64_t>(onednn::kBytesPerThread),
-                      [&](int64_t first, int64_t count, int64_t first_pixel, int64_t n,
-                          const WeightStream::Lanes* sums) {
-                        for (int64_t p = first_pixel; p < first_pixel + n; ++p) {
-                          float* yp = y + (p / per_image * g_.m + first) * per_image + p % per_image;
-                          for (int64_t j = 0; j < count; ++j) {
-                            const float v = sums[p - first_pixel][j] + (bias ? bias[first + j] : 0.0f);
-                            yp[j * per_image] = relu && !(v > 0.0f) ? 0.0f : v;
-                          }
-                        }
-                      });
+    weights_->multiply(
+        patches.data<float>(), pixels, pixels, 1, static_cast<int64_t>(onednn::kBytesPerThread),
+        [&](int64_t first, int64_t count, int64_t first_pixel, int64_t n, const WeightStream::Lanes* sums) {
+          for (int64_t p = first_pixel; p < first_pixel + n; ++p) {
+            float* yp = y + (p / per_image * g_.m + first) * per_image + p % per_image;
+            for (int64_t j = 0; j < count; ++j) {
+              const float v = sums[p - first_pixel][j] + (bias ? bias[first + j] : 0.0f);
+              yp[j * per_image] = relu && !(v > 0.0f) ? 0.0f : v;
+            }
+          }
+        });
   }
 
  private:
@@ -639,16 +331,16 @@ class StreamingConv {
             for (int64_t od = 0; od < q_.out[0]; ++od)
               for (int64_t oh = 0; oh < q_.out[1]; ++oh)
                 for (int64_t ow = 0; ow < q_.out[2]; ++ow) {
-                  const int64_t id = od * q_.stride[0] - q_.pad[0] + kd * q_.dilation[0];
-                  const int64_t ih = oh * q_.stride[1] - q_.pad[1] + kh * q_.dilation[1];
-                  const int64_t iw = ow * q_.stride[2] - q_.pad[2] + kw * q_.dilation[2];
+                  const int64_t id = od * q_.stride[0] - q_.pad_begin[0] + kd * q_.dilation[0];
+                  const int64_t ih = oh * q_.stride[1] - q_.pad_begin[1] + kh * q_.dilation[1];
+                  const int64_t iw = ow * q_.stride[2] - q_.pad_begin[2] + kw * q_.dilation[2];
                   const bool inside = id >= 0 && id < q_.in[0] && ih >= 0 && ih < q_.in[1] && iw >= 0 && iw < q_.in[2];
                   sources_.push_back(inside ? n * g_.c * q_.in_size() + (id * q_.in[1] + ih) * q_.in[2] + iw : -1);
                 }
   }
 
   ConvGeometry g_;
-  Geometry3 q_;
+  window::Window3 q_;
   std::shared_ptr<const WeightStream> weights_;
   std::vector<int64_t> sources_;
 };
@@ -678,8 +370,7 @@ class ConvKernel : public OpKernel {
                std::string(dtype_name(x.dtype())) + shape_string(Shape{g.m}) + " (one bias per output channel)");
     }
     const pool::MaxWindow window = pool_ ? pool_window(ctx, g) : pool::MaxWindow{};
-    Tensor& out = ctx.allocate_output(0, x.dtype(),
-                                      pool_ ? Shape{g.n, g.m, window.out_h, window.out_w} : g.out_shape);
+    Tensor& out = ctx.allocate_output(0, x.dtype(), pool_ ? Shape{g.n, g.m, window.out_h, window.out_w} : g.out_shape);
     if (out.numel() == 0) return;
     Tensor y = pool_ ? ctx.allocate_scratch(x.dtype(), g.out_shape) : out;  // the convolution's output
     dispatch<float, double, Float16, BFloat16>(x.dtype(), ctx.node().op_type, [&]<typename T>() {
@@ -690,7 +381,7 @@ class ConvKernel : public OpKernel {
         run_loop<T>(g, x, w, bias, y);  // no input: only the bias
         if (relu_) apply_relu<T>(y);
       } else if (run_onednn(ctx, g, x, w, bias, y, pool_ ? &out : nullptr, window)) {  // with the ReLU post-op
-        return;  // pooled already
+        return;                                                                        // pooled already
       }
       if (pool_) pool::max_2d(y.data<T>(), out.data<T>(), g.n * g.m, g.out[0], g.out[1], window);
     });
@@ -723,13 +414,14 @@ class ConvKernel : public OpKernel {
 
   // The fused pool's window over the convolution's output, floor rounding.
   pool::MaxWindow pool_window(KernelContext& ctx, const ConvGeometry& g) const {
-    if (g.spatial() != 2) ctx.fail("a fused MaxPool needs a 2-D convolution, the output is " + shape_string(g.out_shape));
+    if (g.spatial() != 2)
+      ctx.fail("a fused MaxPool needs a 2-D convolution, the output is " + shape_string(g.out_shape));
     const PoolAttributes& a = *pool_;
     pool::MaxWindow window{a.kernel[0], a.kernel[1], a.strides[0], a.strides[1], a.pads[0], a.pads[1], 0, 0};
     const int64_t padded_h = g.out[0] + a.pads[0] + a.pads[2], padded_w = g.out[1] + a.pads[1] + a.pads[3];
     if (padded_h < a.kernel[0] || padded_w < a.kernel[1]) {
-      ctx.fail("the fused MaxPool's window " + shape_string(a.kernel) + " is larger than the padded convolution output " +
-               shape_string(Shape{padded_h, padded_w}));
+      ctx.fail("the fused MaxPool's window " + shape_string(a.kernel) +
+               " is larger than the padded convolution output " + shape_string(Shape{padded_h, padded_w}));
     }
     window.out_h = (padded_h - a.kernel[0]) / a.strides[0] + 1;
     window.out_w = (padded_w - a.kernel[1]) / a.strides[1] + 1;
@@ -756,10 +448,7 @@ class ConvKernel : public OpKernel {
   void run_loop(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& y) const {
     using C = compute_type_t<T>;
     if constexpr (std::is_same_v<T, C>) {
-      if (transpose_)
-        conv_transpose_loop<T>(g, x.data<T>(), w.data<T>(), bias ? bias->data<T>() : nullptr, y.data<T>());
-      else
-        conv_loop<T>(g, x.data<T>(), w.data<T>(), bias ? bias->data<T>() : nullptr, y.data<T>());
+      direct_conv<T>(g, x.data<T>(), w.data<T>(), bias ? bias->data<T>() : nullptr, y.data<T>(), transpose_);
     } else {  // only reached with no input elements: the output is the bias
       const int64_t plane = y.numel() / std::max<int64_t>(1, g.n * g.m);
       T* yp = y.data<T>();
@@ -886,7 +575,7 @@ class ConvKernel : public OpKernel {
   template <typename S>
   static void place(const ConvGeometry& g, const ConvGeometry& inner, const Tensor& part, const Tensor* bias,
                     Tensor& out) {
-    const Geometry3 qo(g), qi(inner);
+    const window::Window3 qo(g), qi(inner);
     std::array<int64_t, 3> offset{0, 0, 0};
     for (size_t i = 0; i < g.spatial(); ++i) offset[3 - g.spatial() + i] = inner.pad_begin[i] - g.pad_begin[i];
     const S* src = part.data<S>();
@@ -922,9 +611,8 @@ class ConvKernel : public OpKernel {
 
 const KernelRegistration kConv{"", "Conv", 1, kLatestOpset,
                                [](const KernelInfo& info) { return std::make_unique<ConvKernel>(info, false); }};
-const KernelRegistration kFusedConv{"org.onnxtrain", "FusedConv", 1, kLatestOpset, [](const KernelInfo& info) {
-                                      return std::make_unique<ConvKernel>(info, false);
-                                    }};
+const KernelRegistration kFusedConv{"org.onnxtrain", "FusedConv", 1, kLatestOpset,
+                                    [](const KernelInfo& info) { return std::make_unique<ConvKernel>(info, false); }};
 const KernelRegistration kConvTranspose{"", "ConvTranspose", 1, kLatestOpset, [](const KernelInfo& info) {
                                           return std::make_unique<ConvKernel>(info, true);
                                         }};

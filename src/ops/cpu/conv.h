@@ -37,16 +37,21 @@ struct ConvAttributes {
 
 // The resolved geometry of one call: everything per spatial axis, pads possibly
 // negative (ConvTranspose with an output_shape larger than the full result).
-struct ConvGeometry {
+struct ConvGeometry : window::Window {
   int64_t n = 0, c = 0, m = 0, group = 1;
-  std::vector<int64_t> in, kernel, out, strides, dilations, pad_begin, pad_end;
   Shape out_shape;
-  size_t spatial() const { return in.size(); }
 };
 
 // Checks the shapes of X [N, C, spatial...] and W [M, C / group, kernel...] against the
 // attributes and resolves the geometry of a Conv; the element types are the caller's to check.
 ConvGeometry conv_geometry(KernelContext& ctx, const ConvAttributes& attrs, const Tensor& x, const Tensor& w);
+// The same for a ConvTranspose: X [N, C, spatial...], W [C, M / group, kernel...].
+ConvGeometry conv_transpose_geometry(KernelContext& ctx, const ConvAttributes& attrs, const Tensor& x, const Tensor& w);
+
+// Y = Conv(X, W) + bias, or ConvTranspose's with `transpose`, by direct loops (conv_direct.cc);
+// T is float or double.
+template <typename T>
+void direct_conv(const ConvGeometry& g, const T* x, const T* w, const T* bias, T* y, bool transpose);
 
 onednn::memory::dims to_dims(const std::vector<int64_t>& v);
 // Weights as oneDNN sees them, over ONNX's bytes (see conv.cc).

@@ -10,6 +10,7 @@
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "ops/cpu/axis.h"
 #include "ops/cpu/layout.h"
 #include "ops/kernel_registry.h"
 
@@ -26,7 +27,6 @@ void dispatch_index(const KernelContext& ctx, const Tensor& indices, F&& f) {
   if (indices.dtype() == DType::kInt32) return f.template operator()<int32_t>();
   ctx.fail("indices must be int32 or int64, got " + std::string(dtype_name(indices.dtype())));
 }
-
 
 [[noreturn]] void fail_index(const KernelContext& ctx, int64_t index, int64_t axis, int64_t size) {
   ctx.fail("index " + std::to_string(index) + " is out of range for axis " + std::to_string(axis) + " of size " +
@@ -579,6 +579,50 @@ const KernelRegistration kCompress{
         }
       });
     }};
+
+// ---- GatherGrad: dX = zeros(shape); dX[..., indices[j], ...] += dY[..., j, ...] ----
+
+const KernelRegistration kGatherGrad{"org.onnxtrain", "GatherGrad", 1, kLatestOpset, [](const KernelInfo& info) {
+                                       const int64_t axis_attr = info.int_attribute("axis", 0);
+                                       return make_kernel([axis_attr](KernelContext& ctx) {
+                                         const Tensor& dy = ctx.input(0);
+                                         const Shape shape = ctx.input(1).to_int64_vector();
+                                         const std::vector<int64_t> indices = ctx.input(2).to_int64_vector();
+                                         const AxisView v = axis_view(ctx, shape, axis_attr);
+                                         const int64_t m = static_cast<int64_t>(indices.size());
+                                         if (dy.numel() != v.outer * m * v.inner)
+                                           ctx.fail("dY " + shape_string(dy.shape()) + " does not match");
+                                         Tensor& dx = ctx.allocate_output(0, dy.dtype(), shape);
+                                         dispatch<ONNXTRAIN_FLOAT_TYPES>(dy.dtype(), "GatherGrad", [&]<typename T>() {
+                                           using C = compute_type_t<T>;
+                                           T* out = dx.data<T>();
+                                           const T* g = dy.data<T>();
+                                           std::fill(out, out + dx.numel(), T(0));
+                                           for (int64_t j = 0; j < m; ++j) {
+                                             const int64_t k = indices[static_cast<size_t>(j)];
+                                             if (k < -v.length || k >= v.length)
+                                               ctx.fail("index " + std::to_string(k) + " out of range");
+                                           }
+                                           // Race-free: threads own disjoint (outer row, inner column) ranges.
+                                           parallel_for(v.outer * v.inner, 256, [&](int64_t begin, int64_t end) {
+                                             for (int64_t r = begin; r < end;) {
+                                               const int64_t o = r / v.inner;
+                                               const int64_t c0 = r % v.inner;
+                                               const int64_t c1 = std::min(v.inner, c0 + (end - r));
+                                               for (int64_t j = 0; j < m; ++j) {
+                                                 int64_t k = indices[static_cast<size_t>(j)];
+                                                 if (k < 0) k += v.length;
+                                                 T* dst = out + (o * v.length + k) * v.inner;
+                                                 const T* src = g + (o * m + j) * v.inner;
+                                                 for (int64_t c = c0; c < c1; ++c)
+                                                   dst[c] = static_cast<T>(C(dst[c]) + C(src[c]));
+                                               }
+                                               r += c1 - c0;
+                                             }
+                                           });
+                                         });
+                                       });
+                                     }};
 
 }  // namespace
 }  // namespace onnxtrain

@@ -394,5 +394,62 @@ const KernelRegistration kMicrosoftSoftmaxCrossEntropyLossGrad{"com.microsoft", 
 const KernelRegistration kMicrosoftSoftmaxCrossEntropyLossInternalGrad{
     "com.microsoft", "SoftmaxCrossEntropyLossInternalGrad", 1, kLatestOpset, ort_softmax_cross_entropy_grad(true)};
 
+// ---- SoftmaxCrossEntropyLossGrad: (softmax - onehot(label)) * g, classes on axis 1 ----
+// g is dY (per label, or one value for all) divided by the number of labels when `mean`.
+
+template <typename T, typename L>
+void softmax_cross_entropy_grad(const Tensor& dy, const Tensor& log_prob, const Tensor& label, bool mean, Tensor& out) {
+  using C = compute_type_t<T>;
+  const int64_t n = log_prob.dim(0), classes = log_prob.dim(1);
+  const int64_t inner = n && classes ? log_prob.numel() / (n * classes) : 0;
+  const T* lp = log_prob.data<T>();
+  const T* g = dy.data<T>();
+  const L* labels = label.data<L>();
+  const bool per_label = dy.numel() != 1;
+  const C scale = mean && label.numel() > 0 ? C(1) / static_cast<C>(label.numel()) : C(1);
+  T* o = out.data<T>();
+  parallel_for(n, std::max<int64_t>(1, 8192 / std::max<int64_t>(classes * inner, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t at = b * inner + i;
+        int64_t target = static_cast<int64_t>(labels[at]);
+        if (target < 0) target += classes;  // OneHot counts negative labels from the end
+        const C weight = C(g[per_label ? at : 0]) * scale;
+        const T* row = lp + b * classes * inner + i;
+        T* row_out = o + b * classes * inner + i;
+        for (int64_t k = 0; k < classes; ++k) {
+          const C p = vector_math::exp(C(row[k * inner]));
+          row_out[k * inner] = static_cast<T>((k == target ? p - C(1) : p) * weight);
+        }
+      }
+    }
+  });
+}
+
+const KernelRegistration kSoftmaxCrossEntropyLossGrad{
+    "org.onnxtrain", "SoftmaxCrossEntropyLossGrad", 1, kLatestOpset, [](const KernelInfo& info) {
+      const bool mean = info.int_attribute("mean", 0) != 0;
+      return make_kernel([mean](KernelContext& ctx) {
+        const Tensor& dy = ctx.input(0);
+        const Tensor& log_prob = ctx.input(1);
+        const Tensor& label = ctx.input(2);
+        if (log_prob.rank() < 2) ctx.fail("log_prob needs a class axis");
+        const int64_t n = log_prob.dim(0), classes = log_prob.dim(1);
+        const int64_t labels = n && classes ? log_prob.numel() / classes : 0;
+        if (label.numel() != labels) ctx.fail("label must have the shape of log_prob without its class axis");
+        if (dy.numel() != 1 && dy.shape() != label.shape()) {
+          ctx.fail("dY is " + shape_string(dy.shape()) + ", expected the labels' shape " + shape_string(label.shape()) +
+                   " or one value");
+        }
+        if (dy.dtype() != log_prob.dtype()) ctx.fail("dY and log_prob have different element types");
+        Tensor& out = ctx.allocate_output(0, log_prob.dtype(), log_prob.shape());
+        dispatch<ONNXTRAIN_FLOAT_TYPES>(log_prob.dtype(), "SoftmaxCrossEntropyLossGrad", [&]<typename T>() {
+          dispatch<int32_t, int64_t>(label.dtype(), "SoftmaxCrossEntropyLossGrad labels", [&]<typename L>() {
+            softmax_cross_entropy_grad<T, L>(dy, log_prob, label, mean, out);
+          });
+        });
+      });
+    }};
+
 }  // namespace
 }  // namespace onnxtrain

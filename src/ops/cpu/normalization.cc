@@ -1,6 +1,7 @@
 // Normalizations: BatchNormalization (inference and training mode), LayerNormalization,
 // InstanceNormalization, GroupNormalization, LpNormalization and RMSNormalization, and
-// onnxruntime-training's SimplifiedLayerNormalization (its RMSNorm) with its gradient.
+// onnxruntime-training's SimplifiedLayerNormalization (its RMSNorm); their gradient kernels
+// are in normalization_grad.cc.
 //
 // All run plain loops: statistics in two passes (the mean, then the mean squared
 // deviation, which stays accurate when the mean is large), then one affine pass
@@ -9,9 +10,12 @@
 // ("ncsp_bnorm"), measured 10x slower than the loop for BatchNormalization and
 // InstanceNormalization; its layer normalization ("simple_layer_normalization") took
 // ~4 us for a 16 x 64 input, the loop well under 1 us; it has no group normalization.
+#include "ops/cpu/normalization.h"
+
 #include <cmath>
 
 #include "core/dispatch.h"
+#include "ops/cpu/axis.h"
 #include "ops/cpu/broadcast.h"
 #include "ops/cpu/multiversion.h"
 #include "ops/cpu/onednn.h"
@@ -20,16 +24,10 @@
 namespace onnxtrain {
 namespace {
 
-// The values of a float tensor of any float type, as C.
-template <typename C>
-std::vector<C> values_as(const Tensor& t, std::string_view what) {
-  std::vector<C> out(static_cast<size_t>(t.numel()));
-  dispatch<float, double, Float16, BFloat16>(t.dtype(), what, [&]<typename T>() {
-    const T* p = t.data<T>();
-    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<C>(static_cast<compute_type_t<T>>(p[i]));
-  });
-  return out;
-}
+using normalization::check_float;
+using normalization::simplified_rows;
+using normalization::SimplifiedRows;
+using normalization::values_as;
 
 // Writes C values into a float tensor of any float type.
 template <typename C>
@@ -72,14 +70,6 @@ ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] std::pair<acc_t<T>, acc_t<T>> moments(
 template <typename T, typename A>
 ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void affine(const T* x, T* y, int64_t length, A a, A b) {
   for (int64_t i = 0; i < length; ++i) y[i] = static_cast<T>(static_cast<A>(x[i]) * a + b);
-}
-
-void check_float(KernelContext& ctx, const Tensor& t, const char* name) {
-  const DType d = t.dtype();
-  if (d != DType::kFloat32 && d != DType::kFloat64 && d != DType::kFloat16 && d != DType::kBFloat16) {
-    ctx.fail(std::string(name) + " has element type " + std::string(dtype_name(d)) +
-             ", expected float, double, float16 or bfloat16");
-  }
 }
 
 void check_vector(KernelContext& ctx, const Tensor& t, const char* name, int64_t size, const std::string& why) {
@@ -277,12 +267,7 @@ class LayerNormKernel final : public OpKernel {
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
     check_float(ctx, x, "X");
-    const int64_t rank = static_cast<int64_t>(x.rank());
-    if (axis_ < -rank || axis_ >= rank) {
-      ctx.fail("axis " + std::to_string(axis_) + " is out of range for X " + shape_string(x.shape()) + " (expected -" +
-               std::to_string(rank) + " to " + std::to_string(rank - 1) + ")");
-    }
-    const size_t axis = static_cast<size_t>(axis_ < 0 ? axis_ + rank : axis_);
+    const auto axis = static_cast<size_t>(normalize_axis(ctx, axis_, static_cast<int64_t>(x.rank())));
     const Shape normalized(x.shape().begin() + static_cast<int64_t>(axis), x.shape().end());
     const int64_t rows = shape_size(std::span(x.shape()).first(axis)), cols = shape_size(normalized);
     const bool has_bias = ctx.has_input(2);
@@ -476,15 +461,8 @@ const KernelRegistration kLpNormalization{
       return make_kernel([axis, p](KernelContext& ctx) {
         const Tensor& x = ctx.input(0);
         check_float(ctx, x, "input");
-        const int64_t rank = static_cast<int64_t>(x.rank());
-        if (axis < -rank || axis >= rank) {
-          ctx.fail("axis " + std::to_string(axis) + " is out of range for input " + shape_string(x.shape()) +
-                   " (expected -" + std::to_string(rank) + " to " + std::to_string(rank - 1) + ")");
-        }
-        const size_t a = static_cast<size_t>(axis < 0 ? axis + rank : axis);
-        const int64_t len = x.shape()[a];
-        const int64_t inner = shape_size(std::span(x.shape()).subspan(a + 1));
-        const int64_t outer = len * inner == 0 ? 0 : x.numel() / (len * inner);
+        const AxisView view = axis_view(ctx, x.shape(), axis);
+        const int64_t len = view.length, inner = view.inner, outer = view.outer;
         Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
         if (y.numel() == 0) return;
         dispatch<float, double, Float16, BFloat16>(x.dtype(), "LpNormalization", [&]<typename T>() {
@@ -534,10 +512,7 @@ class RMSNormKernel final : public OpKernel {
     check_float(ctx, x, "X");
     check_float(ctx, scale, "scale");
     const int64_t rank = static_cast<int64_t>(x.rank());
-    if (axis_ < -rank || axis_ >= rank) {
-      ctx.fail("axis " + std::to_string(axis_) + " is out of range for X " + shape_string(x.shape()) + " (expected -" +
-               std::to_string(rank) + " to " + std::to_string(rank - 1) + ")");
-    }
+    normalize_axis(ctx, axis_, rank);
     if (!broadcasts_to(scale.shape(), x.shape())) {
       ctx.fail("scale " + shape_string(scale.shape()) + " does not broadcast to X " + shape_string(x.shape()) +
                " (unidirectionally, as Mul)");
@@ -616,34 +591,7 @@ const KernelRegistration kRMSNormalization{"", "RMSNormalization", 23, kLatestOp
                                              return std::make_unique<RMSNormKernel>(info);
                                            }};
 
-// ---- onnxruntime's SimplifiedLayerNormalization and its gradient ----
-
-// The rows of X over axes [axis, rank), and scale, which spans exactly those axes (as ORT's
-// kernels require).
-struct SimplifiedRows {
-  int64_t rows = 0, cols = 0;
-  size_t axis = 0;
-};
-
-SimplifiedRows simplified_rows(KernelContext& ctx, int64_t axis, const Tensor& x, const Tensor& scale) {
-  check_float(ctx, x, "X");
-  const auto rank = static_cast<int64_t>(x.rank());
-  if (axis < -rank || axis >= rank) {
-    ctx.fail("axis " + std::to_string(axis) + " is out of range for X " + shape_string(x.shape()) + " (expected -" +
-             std::to_string(rank) + " to " + std::to_string(rank - 1) + ")");
-  }
-  SimplifiedRows r;
-  r.axis = static_cast<size_t>(axis < 0 ? axis + rank : axis);
-  const Shape normalized(x.shape().begin() + static_cast<int64_t>(r.axis), x.shape().end());
-  if (scale.dtype() != x.dtype() || scale.shape() != normalized) {
-    ctx.fail("scale is " + std::string(dtype_name(scale.dtype())) + shape_string(scale.shape()) + "; expected " +
-             std::string(dtype_name(x.dtype())) + shape_string(normalized) + ", X's axes from " +
-             std::to_string(r.axis));
-  }
-  r.rows = shape_size(std::span(x.shape()).first(r.axis));
-  r.cols = shape_size(normalized);
-  return r;
-}
+// ---- onnxruntime's SimplifiedLayerNormalization ----
 
 // The shape of the per-row statistic: X's, with 1 for each normalized axis.
 Shape statistic_shape(const Tensor& x, size_t axis) {
@@ -692,65 +640,6 @@ const KernelRegistration kSimplifiedLayerNormalization{
                   if (iv) iv[row] = static_cast<U>(1 / root);
                 }
               });
-        });
-      });
-    }};
-
-// com.microsoft::SimplifiedLayerNormalizationGrad <axis, epsilon> (dY, X, scale, inv_std_var)
-// => (dX, dScale): with r the saved inv_std_var of a row, x^ = x r and g = dY scale,
-// dX = r (g - x^ mean(g x^)) and dScale = sum over rows of dY x^. Per row in double.
-const KernelRegistration kMicrosoftSimplifiedLayerNormalizationGrad{
-    "com.microsoft", "SimplifiedLayerNormalizationGrad", 1, kLatestOpset, [](const KernelInfo& info) {
-      const int64_t axis = info.int_attribute("axis", -1);
-      return make_kernel([axis](KernelContext& ctx) {
-        const Tensor& dy = ctx.input(0);
-        const Tensor& x = ctx.input(1);
-        const Tensor& scale = ctx.input(2);
-        const Tensor& inv = ctx.input(3);
-        const SimplifiedRows r = simplified_rows(ctx, axis, x, scale);
-        if (dy.dtype() != x.dtype() || dy.shape() != x.shape()) {
-          ctx.fail("dY is " + std::string(dtype_name(dy.dtype())) + shape_string(dy.shape()) + "; expected " +
-                   std::string(dtype_name(x.dtype())) + shape_string(x.shape()) + " like X");
-        }
-        if (!is_floating(inv.dtype()) || inv.numel() != r.rows) {
-          ctx.fail("inv_std_var is " + std::string(dtype_name(inv.dtype())) + shape_string(inv.shape()) +
-                   "; expected one floating-point value per row of X (" + std::to_string(r.rows) + ")");
-        }
-        Tensor& dx = ctx.allocate_output(0, x.dtype(), x.shape());
-        const std::vector<double> inv_std = values_as<double>(inv, "inv_std_var");
-        dispatch<float, double, Float16, BFloat16>(x.dtype(), "SimplifiedLayerNormalizationGrad", [&]<typename T>() {
-          using C = compute_type_t<T>;
-          const T *g = dy.data<T>(), *xv = x.data<T>(), *sv = scale.data<T>();
-          T* out = dx.data<T>();
-          parallel_for(
-              r.rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, r.cols)), [&](int64_t begin, int64_t end) {
-                for (int64_t row = begin; row < end; ++row) {
-                  const int64_t at = row * r.cols;
-                  const double ri = inv_std[static_cast<size_t>(row)];
-                  double dot = 0;  // sum of g x^
-                  for (int64_t j = 0; j < r.cols; ++j) {
-                    dot += double(C(g[at + j])) * double(C(sv[j])) * (double(C(xv[at + j])) * ri);
-                  }
-                  const double mean = dot / static_cast<double>(r.cols);
-                  for (int64_t j = 0; j < r.cols; ++j) {
-                    const double gj = double(C(g[at + j])) * double(C(sv[j]));
-                    out[at + j] = static_cast<T>(static_cast<C>(ri * (gj - double(C(xv[at + j])) * ri * mean)));
-                  }
-                }
-              });
-          if (!ctx.has_output(1)) return;
-          T* ds = ctx.allocate_output(1, scale.dtype(), scale.shape()).data<T>();
-          parallel_for(r.cols, std::max<int64_t>(1, 8192 / std::max<int64_t>(1, r.rows)),
-                       [&](int64_t begin, int64_t end) {
-                         for (int64_t j = begin; j < end; ++j) {
-                           double sum = 0;
-                           for (int64_t row = 0; row < r.rows; ++row) {
-                             const int64_t at = row * r.cols + j;
-                             sum += double(C(g[at])) * double(C(xv[at])) * inv_std[static_cast<size_t>(row)];
-                           }
-                           ds[j] = static_cast<T>(static_cast<C>(sum));
-                         }
-                       });
         });
       });
     }};

@@ -308,6 +308,16 @@ const KernelRegistration kSGDMomentumStep{
       });
     }};
 
+// com.microsoft's ZeroGradient (gradient, reset_signal) => zeros like the gradient.
+const KernelRegistration kMicrosoftZeroGradient{"com.microsoft", "ZeroGradient", 1, kLatestOpset,
+                                                [](const KernelInfo&) {
+                                                  return make_kernel([](KernelContext& ctx) {
+                                                    const Tensor& g = ctx.input(0);
+                                                    Tensor& out = ctx.allocate_output(0, g.dtype(), g.shape());
+                                                    std::memset(out.raw_data(), 0, out.nbytes());
+                                                  });
+                                                }};
+
 }  // namespace
 
 void adamw_huggingface_update(const AdamWHyperparameters& h, DType scalar_type, double lr, int64_t step, DType dtype,

@@ -49,6 +49,7 @@ using onednn::memory;
 
 enum class PoolKind { kMax, kAverage, kLp };
 using window::AutoPad;
+using window::per_axis;
 
 struct PoolAttributes {
   PoolKind kind;
@@ -80,35 +81,14 @@ struct PoolAttributes {
   }
 };
 
-// One call's geometry, padded to three spatial axes (leading axes of size 1) so that one
-// loop serves 1-D, 2-D and 3-D.
-struct PoolGeometry {
+// One call's geometry, its window padded to three spatial axes.
+struct PoolGeometry : window::Window3 {
   int64_t n = 0, c = 0;
   size_t axes = 0;
-  std::array<int64_t, 3> in{1, 1, 1}, kernel{1, 1, 1}, out{1, 1, 1}, stride{1, 1, 1}, dilation{1, 1, 1},
-      pad_begin{0, 0, 0}, pad_end{0, 0, 0};
   Shape out_shape;
 
   size_t axis(size_t i) const { return 3 - axes + i; }  // spatial axis i in the padded arrays
-  int64_t in_size() const { return in[0] * in[1] * in[2]; }
-  int64_t out_size() const { return out[0] * out[1] * out[2]; }
-  // True when a ceil-mode window runs past the end pad on some axis.
-  bool overhangs() const {
-    for (size_t i = 0; i < 3; ++i)
-      if ((out[i] - 1) * stride[i] + (kernel[i] - 1) * dilation[i] + 1 > in[i] + pad_begin[i] + pad_end[i]) return true;
-    return false;
-  }
 };
-
-std::vector<int64_t> per_axis(KernelContext& ctx, const std::vector<int64_t>& v, size_t axes, int64_t fallback,
-                              const char* name) {
-  if (v.empty()) return std::vector<int64_t>(axes, fallback);
-  if (v.size() != axes) {
-    ctx.fail(std::string(name) + " " + shape_string(v) + " has " + std::to_string(v.size()) + " values, expected " +
-             std::to_string(axes) + " (one per spatial axis)");
-  }
-  return v;
-}
 
 PoolGeometry pool_geometry(KernelContext& ctx, const PoolAttributes& a, const Tensor& x) {
   if (x.rank() < 3)

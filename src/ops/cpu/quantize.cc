@@ -17,6 +17,7 @@
 #include <string>
 
 #include "core/parallel.h"
+#include "ops/cpu/axis.h"
 #include "ops/cpu/convert.h"
 #include "ops/cpu/elementwise.h"
 #include "ops/cpu/layout.h"

@@ -25,6 +25,7 @@
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "ops/cpu/axis.h"
 #include "ops/cpu/vector_math.h"
 #include "ops/kernel_registry.h"
 
@@ -560,11 +561,7 @@ std::vector<bool> reduced_axes(KernelContext& ctx, const std::vector<int64_t>& a
   }
   const auto r = static_cast<int64_t>(rank);
   for (const int64_t axis : axes) {
-    if (axis < -r || axis >= r) {
-      ctx.fail("axis " + std::to_string(axis) + " is out of range for an input of rank " + std::to_string(r) +
-               " (expected a value in [" + std::to_string(-r) + ", " + std::to_string(r - 1) + "])");
-    }
-    const auto a = static_cast<size_t>(axis < 0 ? axis + r : axis);
+    const auto a = static_cast<size_t>(normalize_axis(ctx, axis, r));
     if (reduced[a]) ctx.fail("axis " + std::to_string(axis) + " is listed twice in axes");
     reduced[a] = true;
   }

@@ -13,6 +13,7 @@
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "ops/cpu/axis.h"
 #include "ops/kernel_registry.h"
 
 namespace onnxtrain {
@@ -302,10 +303,7 @@ std::vector<AxisRequest> axis_requests(const KernelContext& ctx, const ResizeOpt
   std::vector<int64_t> axes;
   if (o.axes) {
     for (int64_t a : *o.axes) {
-      if (a < -rank || a >= rank) {
-        ctx.fail("axis " + std::to_string(a) + " is out of range for rank " + std::to_string(rank));
-      }
-      axes.push_back(a < 0 ? a + rank : a);
+      axes.push_back(normalize_axis(ctx, a, rank));
     }
   } else {
     axes.resize(in.size());

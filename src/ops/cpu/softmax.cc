@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "core/dispatch.h"
+#include "ops/cpu/axis.h"
 #include "ops/cpu/multiversion.h"
 #include "ops/cpu/onednn.h"
 #include "ops/cpu/vector_math.h"
@@ -22,28 +23,11 @@ namespace {
 
 enum class SoftmaxKind { kSoftmax, kLogSoftmax, kHardmax };
 
-struct AxisView {
-  int64_t outer = 1, length = 1, inner = 1;
-};
-
-AxisView axis_view(KernelContext& ctx, const Tensor& x, int64_t axis, bool flatten) {
-  const int64_t rank = static_cast<int64_t>(x.rank());
-  if (rank == 0) ctx.fail("input must have rank 1 or more, got a scalar");
-  if (axis < -rank || axis >= rank) {
-    ctx.fail("axis " + std::to_string(axis) + " is out of range for input " + shape_string(x.shape()) + " (expected -" +
-             std::to_string(rank) + " to " + std::to_string(rank - 1) + ")");
-  }
-  const size_t a = static_cast<size_t>(axis < 0 ? axis + rank : axis);
-  const auto& shape = x.shape();
-  AxisView v;
-  v.outer = shape_size(std::span(shape).first(a));
-  if (flatten) {  // opset < 13: rows of everything from `axis` on
-    v.length = shape_size(std::span(shape).subspan(a));
-  } else {
-    v.length = shape[a];
-    v.inner = shape_size(std::span(shape).subspan(a + 1));
-  }
-  return v;
+// x along `axis`; before opset 13 the rows are everything from `axis` on.
+AxisView softmax_view(KernelContext& ctx, const Tensor& x, int64_t axis, bool flatten) {
+  if (x.rank() == 0) ctx.fail("input must have rank 1 or more, got a scalar");
+  const AxisView v = axis_view(ctx, x.shape(), axis);
+  return flatten ? AxisView{v.outer, v.length * v.inner, 1} : v;
 }
 
 // Softmax or LogSoftmax of one [length, inner] block in A (float or double); `best` and
@@ -145,7 +129,7 @@ class SoftmaxKernel final : public OpKernel {
 
   void compute(KernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
-    const AxisView v = axis_view(ctx, x, axis_, flatten_);
+    const AxisView v = softmax_view(ctx, x, axis_, flatten_);
     Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
     if (y.numel() == 0) return;
     if (kind_ == SoftmaxKind::kHardmax) {
@@ -187,6 +171,56 @@ KernelFactory softmax_factory(SoftmaxKind kind) {
 const KernelRegistration kSoftmax{"", "Softmax", 1, kLatestOpset, softmax_factory(SoftmaxKind::kSoftmax)};
 const KernelRegistration kLogSoftmax{"", "LogSoftmax", 1, kLatestOpset, softmax_factory(SoftmaxKind::kLogSoftmax)};
 const KernelRegistration kHardmax{"", "Hardmax", 1, kLatestOpset, softmax_factory(SoftmaxKind::kHardmax)};
+
+// ---- SoftmaxGrad / LogSoftmaxGrad along one axis ----
+
+// dX = Y * (dY - sum(dY * Y)) (softmax) or dY - exp(Y) * sum(dY) (log-softmax).
+template <bool kLog>
+KernelFactory softmax_grad(const char* name) {
+  return [name](const KernelInfo& info) {
+    const int64_t axis = info.int_attribute("axis", -1);
+    return make_kernel([name, axis](KernelContext& ctx) {
+      const Tensor& dy = ctx.input(0);
+      const Tensor& y = ctx.input(1);
+      ctx.require_alike(dy, y, name);
+      const AxisView v = axis_view(ctx, dy.shape(), axis);
+      dispatch<ONNXTRAIN_FLOAT_TYPES>(dy.dtype(), name, [&]<typename T>() {
+        using C = compute_type_t<T>;
+        Tensor& dx = ctx.allocate_output_in_place(0, 0, dy.dtype(), dy.shape());
+        const T* g = dy.data<T>();
+        const T* p = y.data<T>();
+        T* out = dx.data<T>();
+        parallel_for(v.outer * v.inner, std::max<int64_t>(1, 4096 / v.length), [&](int64_t begin, int64_t end) {
+          for (int64_t r = begin; r < end; ++r) {
+            const int64_t base = (r / v.inner) * v.length * v.inner + r % v.inner;
+            C sum = 0;
+            for (int64_t j = 0; j < v.length; ++j) {
+              const int64_t i = base + j * v.inner;
+              sum += kLog ? C(g[i]) : C(g[i]) * C(p[i]);
+            }
+            for (int64_t j = 0; j < v.length; ++j) {
+              const int64_t i = base + j * v.inner;
+              out[i] =
+                  kLog ? static_cast<T>(C(g[i]) - std::exp(C(p[i])) * sum) : static_cast<T>(C(p[i]) * (C(g[i]) - sum));
+            }
+          }
+        });
+      });
+    });
+  };
+}
+
+const KernelRegistration kSoftmaxGrad{"org.onnxtrain", "SoftmaxGrad", 1, kLatestOpset,
+                                      softmax_grad<false>("SoftmaxGrad")};
+const KernelRegistration kLogSoftmaxGrad{"org.onnxtrain", "LogSoftmaxGrad", 1, kLatestOpset,
+                                         softmax_grad<true>("LogSoftmaxGrad")};
+
+// com.microsoft's gradient ops (onnxruntime-training's artifacts): where one computes what an
+// org.onnxtrain op computes, the same kernel runs it. Opset-13 softmax: one axis, as org.onnxtrain's.
+const KernelRegistration kMicrosoftSoftmaxGrad13{"com.microsoft", "SoftmaxGrad_13", 1, kLatestOpset,
+                                                 same_kernel_as("org.onnxtrain", "SoftmaxGrad")};
+const KernelRegistration kMicrosoftLogSoftmaxGrad13{"com.microsoft", "LogSoftmaxGrad_13", 1, kLatestOpset,
+                                                    same_kernel_as("org.onnxtrain", "LogSoftmaxGrad")};
 
 }  // namespace
 }  // namespace onnxtrain

@@ -11,6 +11,7 @@
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "ops/cpu/axis.h"
 #include "ops/kernel_registry.h"
 
 namespace onnxtrain {
@@ -18,30 +19,6 @@ namespace {
 
 constexpr int64_t kColumnBlock = 1024;
 constexpr int64_t kTaskElements = 16384;
-
-struct AxisLayout {
-  int64_t outer = 1;
-  int64_t axis = 1;
-  int64_t inner = 1;
-};
-
-AxisLayout layout_around(const Shape& shape, size_t axis) {
-  AxisLayout l;
-  for (size_t d = 0; d < axis; ++d) l.outer *= shape[d];
-  l.axis = shape[axis];
-  for (size_t d = axis + 1; d < shape.size(); ++d) l.inner *= shape[d];
-  return l;
-}
-
-// A valid axis in [-rank, rank) as a non-negative index.
-size_t normalize_axis(const KernelContext& ctx, int64_t axis, size_t rank) {
-  const auto r = static_cast<int64_t>(rank);
-  if (axis < -r || axis >= r) {
-    ctx.fail("axis " + std::to_string(axis) + " is out of range for an input of rank " + std::to_string(r) +
-             " (expected a value in [" + std::to_string(-r) + ", " + std::to_string(r - 1) + "])");
-  }
-  return static_cast<size_t>(axis < 0 ? axis + r : axis);
-}
 
 // The single integer of a scalar or one-element int32/int64 input (K of TopK, axis of
 // CumSum).
@@ -120,26 +97,26 @@ int64_t arg_run(const T* x, int64_t n) {
 }
 
 template <typename T, bool kMax, bool kLast>
-void arg_reduce(const T* x, int64_t* out, const AxisLayout& l) {
+void arg_reduce(const T* x, int64_t* out, const AxisView& l) {
   using C = compute_type_t<T>;
   if (l.inner == 1) {
-    parallel_for(l.outer, std::max<int64_t>(1, kTaskElements / l.axis), [&](int64_t begin, int64_t end) {
-      for (int64_t o = begin; o < end; ++o) out[o] = arg_run<kMax, kLast>(x + o * l.axis, l.axis);
+    parallel_for(l.outer, std::max<int64_t>(1, kTaskElements / l.length), [&](int64_t begin, int64_t end) {
+      for (int64_t o = begin; o < end; ++o) out[o] = arg_run<kMax, kLast>(x + o * l.length, l.length);
     });
     return;
   }
   const int64_t blocks = (l.inner + kColumnBlock - 1) / kColumnBlock;
-  const int64_t grain = std::max<int64_t>(1, kTaskElements / (l.axis * std::min(l.inner, kColumnBlock)));
+  const int64_t grain = std::max<int64_t>(1, kTaskElements / (l.length * std::min(l.inner, kColumnBlock)));
   parallel_for(l.outer * blocks, grain, [&](int64_t begin, int64_t end) {
     C best[kColumnBlock];
     for (int64_t t = begin; t < end; ++t) {
       const int64_t o = t / blocks;
       const int64_t column = t % blocks * kColumnBlock;
       const int64_t width = std::min(kColumnBlock, l.inner - column);
-      const T* slab = x + o * l.axis * l.inner + column;
+      const T* slab = x + o * l.length * l.inner + column;
       int64_t* index = out + o * l.inner + column;
       for (int64_t j = 0; j < width; ++j) best[j] = C(slab[j]), index[j] = 0;
-      for (int64_t r = 1; r < l.axis; ++r) {
+      for (int64_t r = 1; r < l.length; ++r) {
         const T* row = slab + r * l.inner;
         for (int64_t j = 0; j < width; ++j) {
           const C v = C(row[j]);
@@ -159,7 +136,7 @@ KernelFactory arg_kernel() {
     return make_kernel([=](KernelContext& ctx) {
       const Tensor& x = ctx.input(0);
       if (x.rank() == 0) ctx.fail("input 'data' must have rank >= 1, got a scalar");
-      const size_t a = normalize_axis(ctx, axis, x.rank());
+      const auto a = static_cast<size_t>(normalize_axis(ctx, axis, static_cast<int64_t>(x.rank())));
       if (x.shape()[a] == 0) {
         ctx.fail("cannot take the " + std::string(kMax ? "argmax" : "argmin") + " over axis " + std::to_string(axis) +
                  " of size 0 (input shape " + shape_string(x.shape()) + ")");
@@ -172,7 +149,7 @@ KernelFactory arg_kernel() {
       }
       Tensor& out = ctx.allocate_output(0, DType::kInt64, shape);
       if (out.numel() == 0) return;
-      const AxisLayout l = layout_around(x.shape(), a);
+      const AxisView l = axis_view(x.shape(), a);
       dispatch<ONNXTRAIN_NUMERIC_TYPES>(x.dtype(), ctx.node().op_type, [&]<typename T>() {
         if (last) {
           arg_reduce<T, kMax, true>(x.data<T>(), out.data<int64_t>(), l);
@@ -242,7 +219,7 @@ void select_first(int64_t n, int64_t k, Get get, std::vector<Item>& items, const
 constexpr int64_t kTopKColumns = 16;  // strided slices gathered together, a cache line per row
 
 template <typename T, bool kLargest>
-void top_k(const T* x, T* values, int64_t* indices, const AxisLayout& l, int64_t k) {
+void top_k(const T* x, T* values, int64_t* indices, const AxisView& l, int64_t k) {
   using C = compute_type_t<T>;
   using Item = std::pair<C, int64_t>;
   const TopKOrder<C, kLargest> order;
@@ -250,30 +227,30 @@ void top_k(const T* x, T* values, int64_t* indices, const AxisLayout& l, int64_t
   // strided, first copies them out row by row (reading x in order).
   const int64_t width = std::min(l.inner, kTopKColumns);
   const int64_t blocks = (l.inner + width - 1) / width;
-  parallel_for(l.outer * blocks, std::max<int64_t>(1, kTaskElements / (l.axis * width)),
+  parallel_for(l.outer * blocks, std::max<int64_t>(1, kTaskElements / (l.length * width)),
                [&](int64_t begin, int64_t end) {
-                 std::vector<C> block(static_cast<size_t>(l.inner == 1 ? 0 : l.axis * width));
-                 std::vector<Item> items(static_cast<size_t>(l.axis));
+                 std::vector<C> block(static_cast<size_t>(l.inner == 1 ? 0 : l.length * width));
+                 std::vector<Item> items(static_cast<size_t>(l.length));
                  for (int64_t t = begin; t < end; ++t) {
                    const int64_t o = t / blocks;
                    const int64_t column = t % blocks * width;
                    const int64_t w = std::min(width, l.inner - column);
-                   const T* slab = x + o * l.axis * l.inner + column;
+                   const T* slab = x + o * l.length * l.inner + column;
                    if (l.inner > 1) {
                      // Row-major [axis, w]: one short contiguous copy per row. (Column-major would write
                      // w streams a power-of-two stride apart, which thrash the same cache sets.)
-                     for (int64_t r = 0; r < l.axis; ++r) {
+                     for (int64_t r = 0; r < l.length; ++r) {
                        for (int64_t j = 0; j < w; ++j) block[static_cast<size_t>(r * w + j)] = C(slab[r * l.inner + j]);
                      }
                    }
                    for (int64_t j = 0; j < w; ++j) {
                      if (l.inner == 1) {
                        select_first(
-                           l.axis, k, [slab](int64_t r) { return C(slab[r]); }, items, order);
+                           l.length, k, [slab](int64_t r) { return C(slab[r]); }, items, order);
                      } else {
                        const C* column_values = block.data() + j;
                        select_first(
-                           l.axis, k, [column_values, w](int64_t r) { return column_values[r * w]; }, items, order);
+                           l.length, k, [column_values, w](int64_t r) { return column_values[r * w]; }, items, order);
                      }
                      T* v = values + o * k * l.inner + column + j;
                      int64_t* idx = indices + o * k * l.inner + column + j;
@@ -297,7 +274,7 @@ const KernelRegistration kTopK{
       return make_kernel([=](KernelContext& ctx) {
         const Tensor& x = ctx.input(0);
         if (x.rank() == 0) ctx.fail("input 'X' must have rank >= 1, got a scalar");
-        const size_t a = normalize_axis(ctx, axis, x.rank());
+        const auto a = static_cast<size_t>(normalize_axis(ctx, axis, static_cast<int64_t>(x.rank())));
         const int64_t k = k_from_input ? single_integer(ctx, 1, "K") : k_attribute;
         if (k < 0 || k > x.shape()[a]) {
           ctx.fail("k = " + std::to_string(k) + " is out of range: expected 0 <= k <= " + std::to_string(x.shape()[a]) +
@@ -308,7 +285,7 @@ const KernelRegistration kTopK{
         Tensor& values = ctx.allocate_output(0, x.dtype(), shape);
         Tensor& indices = ctx.allocate_output(1, DType::kInt64, shape);
         if (values.numel() == 0) return;
-        const AxisLayout l = layout_around(x.shape(), a);
+        const AxisView l = axis_view(x.shape(), a);
         dispatch<ONNXTRAIN_NUMERIC_TYPES>(x.dtype(), "TopK", [&]<typename T>() {
           if (largest) {
             top_k<T, true>(x.data<T>(), values.data<T>(), indices.data<int64_t>(), l, k);
@@ -326,17 +303,17 @@ const KernelRegistration kTopK{
 // `reverse` runs from the end. Sums accumulate in the compute type (float for the
 // 16-bit floats), in order, like onnxruntime.
 template <typename T>
-void cumulative_sum(const T* x, T* out, const AxisLayout& l, bool exclusive, bool reverse) {
+void cumulative_sum(const T* x, T* out, const AxisView& l, bool exclusive, bool reverse) {
   using C = compute_type_t<T>;
   if (l.inner == 1) {  // each run is contiguous
-    parallel_for(l.outer, std::max<int64_t>(1, kTaskElements / l.axis), [&](int64_t begin, int64_t end) {
+    parallel_for(l.outer, std::max<int64_t>(1, kTaskElements / l.length), [&](int64_t begin, int64_t end) {
       for (int64_t o = begin; o < end; ++o) {
-        const T* src = x + o * l.axis;
-        T* dst = out + o * l.axis;
-        const int64_t first = reverse ? l.axis - 1 : 0;
+        const T* src = x + o * l.length;
+        T* dst = out + o * l.length;
+        const int64_t first = reverse ? l.length - 1 : 0;
         const int64_t step = reverse ? -1 : 1;
         C acc = 0;
-        for (int64_t r = 0, i = first; r < l.axis; ++r, i += step) {
+        for (int64_t r = 0, i = first; r < l.length; ++r, i += step) {
           const C v = C(src[i]);
           if (exclusive) {
             dst[i] = static_cast<T>(acc);
@@ -352,17 +329,17 @@ void cumulative_sum(const T* x, T* out, const AxisLayout& l, bool exclusive, boo
   }
   const int64_t blocks = (l.inner + kColumnBlock - 1) / kColumnBlock;
   const int64_t width_max = std::min(l.inner, kColumnBlock);
-  parallel_for(l.outer * blocks, std::max<int64_t>(1, kTaskElements / (l.axis * width_max)),
+  parallel_for(l.outer * blocks, std::max<int64_t>(1, kTaskElements / (l.length * width_max)),
                [&](int64_t begin, int64_t end) {
                  C acc[kColumnBlock];
                  for (int64_t t = begin; t < end; ++t) {
                    const int64_t o = t / blocks;
                    const int64_t column = t % blocks * kColumnBlock;
                    const int64_t width = std::min(kColumnBlock, l.inner - column);
-                   const int64_t base = o * l.axis * l.inner + column;
+                   const int64_t base = o * l.length * l.inner + column;
                    std::fill(acc, acc + width, C(0));
-                   for (int64_t step = 0; step < l.axis; ++step) {
-                     const int64_t r = reverse ? l.axis - 1 - step : step;
+                   for (int64_t step = 0; step < l.length; ++step) {
+                     const int64_t r = reverse ? l.length - 1 - step : step;
                      const T* src = x + base + r * l.inner;
                      T* dst = out + base + r * l.inner;
                      // (src and dst may be the same buffer: each element is read before its
@@ -386,23 +363,24 @@ void cumulative_sum(const T* x, T* out, const AxisLayout& l, bool exclusive, boo
                });
 }
 
-const KernelRegistration kCumSum{"", "CumSum", 11, kLatestOpset, [](const KernelInfo& info) {
-                                   const bool exclusive = info.bool_attribute("exclusive", false);
-                                   const bool reverse = info.bool_attribute("reverse", false);
-                                   return make_kernel([=](KernelContext& ctx) {
-                                     const Tensor& x = ctx.input(0);
-                                     if (x.rank() == 0) ctx.fail("input 'x' must have rank >= 1, got a scalar");
-                                     const size_t a = normalize_axis(ctx, single_integer(ctx, 1, "axis"), x.rank());
-                                     // In place is safe: each element is read just before its own output is written.
-                                     Tensor& out = ctx.allocate_output_in_place(0, 0, x.dtype(), x.shape());
-                                     if (out.numel() == 0) return;
-                                     const AxisLayout l = layout_around(x.shape(), a);
-                                     dispatch<float, double, Float16, BFloat16, int32_t, int64_t, uint32_t, uint64_t>(
-                                         x.dtype(), "CumSum", [&]<typename T>() {
-                                           cumulative_sum<T>(x.data<T>(), out.data<T>(), l, exclusive, reverse);
-                                         });
-                                   });
-                                 }};
+const KernelRegistration kCumSum{
+    "", "CumSum", 11, kLatestOpset, [](const KernelInfo& info) {
+      const bool exclusive = info.bool_attribute("exclusive", false);
+      const bool reverse = info.bool_attribute("reverse", false);
+      return make_kernel([=](KernelContext& ctx) {
+        const Tensor& x = ctx.input(0);
+        if (x.rank() == 0) ctx.fail("input 'x' must have rank >= 1, got a scalar");
+        const auto a =
+            static_cast<size_t>(normalize_axis(ctx, single_integer(ctx, 1, "axis"), static_cast<int64_t>(x.rank())));
+        // In place is safe: each element is read just before its own output is written.
+        Tensor& out = ctx.allocate_output_in_place(0, 0, x.dtype(), x.shape());
+        if (out.numel() == 0) return;
+        const AxisView l = axis_view(x.shape(), a);
+        dispatch<float, double, Float16, BFloat16, int32_t, int64_t, uint32_t, uint64_t>(
+            x.dtype(), "CumSum",
+            [&]<typename T>() { cumulative_sum<T>(x.data<T>(), out.data<T>(), l, exclusive, reverse); });
+      });
+    }};
 
 }  // namespace
 }  // namespace onnxtrain

@@ -372,8 +372,8 @@ def run_bad(op, inputs, attrs=None, opset=18):
 
 @pytest.mark.parametrize("axes", [[2], [-3], [0, 5]], ids=str)
 def test_axis_out_of_range_raises(axes):
-    with pytest.raises((ValueError, RuntimeError), match=r"axis -?\d+ is out of range for an input of rank 2 "
-                                                          r"\(expected a value in \[-2, 1\]\)"):
+    with pytest.raises((ValueError, RuntimeError), match=r"axis -?\d+ is out of range for rank 2 "
+                                                          r"\(expected -2..1\)"):
         run_bad("ReduceSum", {"x": data((2, 3)), "axes": np.array(axes, dtype=np.int64)})
 
 

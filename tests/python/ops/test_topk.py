@@ -128,8 +128,8 @@ def test_arg_over_an_empty_axis_raises():
 
 
 def test_arg_axis_out_of_range_raises():
-    with pytest.raises((ValueError, RuntimeError), match=r"axis 2 is out of range for an input of rank 2 "
-                                                          r"\(expected a value in \[-2, 1\]\)"):
+    with pytest.raises((ValueError, RuntimeError), match=r"axis 2 is out of range for rank 2 "
+                                                          r"\(expected -2..1\)"):
         run("ArgMin", {"x": values((2, 3))}, {"axis": 2})
 
 
@@ -254,7 +254,7 @@ def test_topk_k_with_several_values_raises():
 
 
 def test_topk_axis_out_of_range_raises():
-    with pytest.raises((ValueError, RuntimeError), match=r"axis 2 is out of range for an input of rank 2"):
+    with pytest.raises((ValueError, RuntimeError), match=r"axis 2 is out of range for rank 2"):
         run("TopK", topk_inputs(values((3, 5)), 1), {"axis": 2}, opset=11, n_outputs=2)
 
 
@@ -326,7 +326,7 @@ def test_cumsum_empty():
 
 
 def test_cumsum_axis_out_of_range_raises():
-    with pytest.raises((ValueError, RuntimeError), match=r"axis -3 is out of range for an input of rank 2"):
+    with pytest.raises((ValueError, RuntimeError), match=r"axis -3 is out of range for rank 2"):
         run("CumSum", {"x": values((2, 3)), "axis": np.array([-3], np.int64)}, {}, opset=14)
 
 

@@ -1,0 +1,340 @@
+// What the integer products of quantized models share (qlinear.cc: MatMulInteger and
+// QLinearMatMul; qlinear_conv.cc: ConvInteger and QLinearConv): 8-bit operands and their
+// zero points, the exact int32 product (IntegerGemm) and the requantization of QLinear ops.
+// See qlinear.cc for the arithmetic.
+#pragma once
+
+#include <onnxtrain/tensor.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/parallel.h"
+#include "ops/cpu/matmul.h"
+#include "ops/cpu/multiversion.h"
+#include "ops/cpu/onednn.h"
+#include "ops/cpu/vector_math.h"
+#include "ops/kernel.h"
+
+namespace onnxtrain::qlinear {
+
+using onednn::memory;
+
+// True when oneDNN's int8 products are exact on this CPU (see the top of the file).
+inline bool onednn_int8_is_exact() {
+  static const bool exact = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto has = [isa](dnnl::cpu_isa wanted) {
+      const auto bits = static_cast<unsigned>(wanted);
+      return (isa & bits) == bits;
+    };
+    return has(dnnl::cpu_isa::avx512_core_vnni) || has(dnnl::cpu_isa::avx2_vnni);
+  }();
+  return exact;
+}
+
+// Products smaller than this (m * k * n) run the plain loop: oneDNN's call costs more.
+inline constexpr double kMinOnednnWork = 32768;
+
+inline bool is_8bit(DType t) {
+  return t == DType::kInt8 || t == DType::kUInt8;
+}
+
+// An 8-bit matrix: element (r, c) at data[r * row_stride + c * col_stride].
+struct Matrix8 {
+  DType dtype = DType::kUInt8;
+  const void* data = nullptr;
+  int64_t row_stride = 0, col_stride = 1;
+
+  int32_t at(int64_t r, int64_t c) const {
+    const int64_t i = r * row_stride + c * col_stride;
+    return dtype == DType::kUInt8 ? static_cast<const uint8_t*>(data)[i] : static_cast<const int8_t*>(data)[i];
+  }
+
+  // The sum of row r's first k elements.
+  int64_t row_sum(int64_t r, int64_t k) const {
+    auto sum = [&](const auto* row) {
+      int64_t total = 0;
+      for (int64_t c = 0; c < k; ++c) total += row[c * col_stride];
+      return total;
+    };
+    const int64_t offset = r * row_stride;
+    return dtype == DType::kUInt8 ? sum(static_cast<const uint8_t*>(data) + offset)
+                                  : sum(static_cast<const int8_t*>(data) + offset);
+  }
+};
+
+// Zero points: one for all, or one per row of A / per column of B.
+struct ZeroPoint {
+  std::vector<int32_t> values{0};
+  int32_t at(int64_t i) const { return values.size() == 1 ? values[0] : values[static_cast<size_t>(i)]; }
+  bool zero() const {
+    return std::all_of(values.begin(), values.end(), [](int32_t v) { return v == 0; });
+  }
+};
+
+// The zero point input `index` (absent: 0), of a's type, scalar or `count` values (one per
+// row or column; `what` names them).
+inline ZeroPoint read_zero_point(KernelContext& ctx, size_t index, DType type, int64_t count, const char* name,
+                                 const char* what) {
+  ZeroPoint zp;
+  if (!ctx.has_input(index)) return zp;
+  const Tensor& t = ctx.input(index);
+  if (t.dtype() != type) {
+    ctx.fail(std::string(name) + " is " + std::string(dtype_name(t.dtype())) + ", expected " +
+             std::string(dtype_name(type)) + " like its operand");
+  }
+  if (t.numel() != 1 && t.numel() != count) {
+    ctx.fail(std::string(name) + " has shape " + shape_string(t.shape()) + "; expected a scalar or " +
+             std::to_string(count) + " values (one per " + what + ")");
+  }
+  zp.values.resize(static_cast<size_t>(t.numel()));
+  const Matrix8 m{type, t.raw_data(), 1, 1};
+  for (int64_t i = 0; i < t.numel(); ++i) zp.values[static_cast<size_t>(i)] = m.at(i, 0);
+  return zp;
+}
+
+// C [m, n] (row stride n) = (A - za)(B - zb) for A [m, k] and B [k, n]. Keeps what it can
+// prepare across runs: oneDNN primitives per shape, and for a B that stays the same
+// (constant weights), B in oneDNN's layout and its column sums.
+class IntegerGemm {
+ public:
+  // `b_constant`: B is the same on every run.
+  explicit IntegerGemm(bool b_constant = false) : b_constant_(b_constant) {}
+
+  void run(KernelContext& ctx, const Matrix8& a, const Matrix8& b, int64_t m, int64_t k, int64_t n, const ZeroPoint& za,
+           const ZeroPoint& zb, int32_t* c) {
+    if (m == 0 || n == 0) return;
+    const double work = static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
+    if (k == 0 || !onednn_int8_is_exact() || work < kMinOnednnWork) {
+      run_loop(a, b, m, k, n, za, zb, c);
+      return;
+    }
+    run_onednn(ctx, a, b, m, k, n, za, zb, c);
+  }
+
+ private:
+  // B as signed bytes in a plain [k, n] layout, with its zero point shift (-128 for an
+  // unsigned B, 0 otherwise).
+  static Tensor signed_b(const Matrix8& b, int64_t k, int64_t n, int32_t& shift) {
+    shift = b.dtype == DType::kUInt8 ? -128 : 0;
+    Tensor out = Tensor::empty(DType::kInt8, {k, n});
+    int8_t* o = out.data<int8_t>();
+    for (int64_t r = 0; r < k; ++r)
+      for (int64_t col = 0; col < n; ++col) o[r * n + col] = static_cast<int8_t>(b.at(r, col) + shift);
+    return out;
+  }
+
+  // oneDNN computes (A - za) B' with B' = B + shift, za one value for all of A (given to
+  // it as the source's zero point, so it folds it into the product); per-row zero points
+  // of A and B's zero points are corrections after it.
+  void run_onednn(KernelContext& ctx, const Matrix8& a, const Matrix8& b, int64_t m, int64_t k, int64_t n,
+                  const ZeroPoint& za, const ZeroPoint& zb, int32_t* c) {
+    int32_t shift = 0;
+    Tensor b_signed;
+    const int8_t* b_data = nullptr;
+    if (b_constant_) {
+      if (!constant_b_.defined()) constant_b_ = signed_b(b, k, n, constant_shift_);
+      b_data = constant_b_.data<int8_t>();
+      shift = constant_shift_;
+    } else {
+      b_signed = signed_b(b, k, n, shift);
+      b_data = b_signed.data<int8_t>();
+    }
+    const int32_t a_zero_point = za.values.size() == 1 ? za.values[0] : 0;
+    const memory::data_type a_type = a.dtype == DType::kUInt8 ? memory::data_type::u8 : memory::data_type::s8;
+    const memory::desc a_md({m, k}, a_type, {a.row_stride, a.col_stride});
+    const memory::desc b_md = onednn::plain_desc({k, n}, memory::data_type::s8);
+    const memory::desc c_md = onednn::plain_desc({m, n}, memory::data_type::s32);
+    key_.assign({m, k, n, static_cast<int64_t>(a.dtype), a.row_stride, a.col_stride, a_zero_point});
+    PreparedMatmul& prepared = cache_.get(key_, [&] {
+      dnnl::primitive_attr attr;
+      if (a_zero_point != 0) attr.set_zero_points(DNNL_ARG_SRC, 0, {a_zero_point});
+      return prepare_matmul(memory::data_type::s8, a_md, b_md, c_md, {}, attr, b_constant_ ? b_data : nullptr,
+                            packed_b_, ctx.num_threads());
+    });
+    run_matmul(ctx, prepared, a.data, b_data, c);
+    correct(a, b_data, m, k, n, za, zb, shift, c);
+  }
+
+  // Turns C = (A - za0) B' (za0: the zero point oneDNN applied, 0 for per-row ones) into
+  // (A - za)(B - zb) = (A - za) B' - (A - za) 1 zb' with zb' = zb + shift:
+  //   C[r, j] += -(za[r] - za0) colsum(B')[j] - (rowsum(A)[r] - k za[r]) zb'[j].
+  void correct(const Matrix8& a, const int8_t* b, int64_t m, int64_t k, int64_t n, const ZeroPoint& za,
+               const ZeroPoint& zb, int32_t shift, int32_t* c) {
+    const bool a_per_row = za.values.size() > 1;
+    std::vector<int32_t> zb_shifted(static_cast<size_t>(n));
+    bool b_shifted = false;
+    for (int64_t col = 0; col < n; ++col) {
+      zb_shifted[static_cast<size_t>(col)] = zb.at(col) + shift;
+      b_shifted = b_shifted || zb_shifted[static_cast<size_t>(col)] != 0;
+    }
+    if (!a_per_row && !b_shifted) return;
+    const std::vector<int32_t>& columns = a_per_row ? column_sums(b, k, n) : no_sums_;
+    const int32_t* zbs = zb_shifted.data();
+    const int32_t* sums = columns.data();
+    parallel_for(m, std::max<int64_t>(1, 16384 / std::max<int64_t>(n + k, 1)), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        const int32_t zar = za.at(r);
+        const auto row = static_cast<int32_t>(b_shifted ? a.row_sum(r, k) - k * zar : 0);
+        const int32_t a_shift = a_per_row ? zar : 0;
+        add_corrections(c + r * n, n, a_shift, sums, row, b_shifted ? zbs : nullptr);
+      }
+    });
+  }
+
+  // c[j] -= a_shift * sums[j] + row * zbs[j] (either term left out when its pointer is null
+  // or its factor 0); wrapping int32 arithmetic.
+  static void add_corrections(int32_t* __restrict c, int64_t n, int32_t a_shift, const int32_t* __restrict sums,
+                              int32_t row, const int32_t* __restrict zbs) {
+    const auto a = static_cast<uint32_t>(a_shift), rw = static_cast<uint32_t>(row);
+    auto* out = reinterpret_cast<uint32_t*>(c);
+    if (a_shift != 0)
+      for (int64_t j = 0; j < n; ++j) out[j] -= a * static_cast<uint32_t>(sums[j]);
+    if (zbs != nullptr && row != 0)
+      for (int64_t j = 0; j < n; ++j) out[j] -= rw * static_cast<uint32_t>(zbs[j]);
+  }
+
+  // The column sums of B (kept when B is constant).
+  const std::vector<int32_t>& column_sums(const int8_t* b, int64_t k, int64_t n) {
+    if (b_constant_ && !column_sums_.empty()) return column_sums_;
+    column_sums_.assign(static_cast<size_t>(n), 0);
+    for (int64_t r = 0; r < k; ++r)
+      for (int64_t col = 0; col < n; ++col) column_sums_[static_cast<size_t>(col)] += b[r * n + col];
+    return column_sums_;
+  }
+
+  static void run_loop(const Matrix8& a, const Matrix8& b, int64_t m, int64_t k, int64_t n, const ZeroPoint& za,
+                       const ZeroPoint& zb, int32_t* c) {
+    std::vector<int32_t> a32(static_cast<size_t>(m * k)), b32(static_cast<size_t>(k * n));
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t p = 0; p < k; ++p) a32[static_cast<size_t>(r * k + p)] = a.at(r, p) - za.at(r);
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t col = 0; col < n; ++col) b32[static_cast<size_t>(p * n + col)] = b.at(p, col) - zb.at(col);
+    if (k == 0) {
+      std::fill(c, c + m * n, 0);
+      return;
+    }
+    onednn::MatmulBatch batch;
+    batch.m = m;
+    batch.k = k;
+    batch.n = n;
+    batch.lda = k;
+    batch.ldb = n;
+    batch.a_offsets = {0};
+    batch.b_offsets = {0};
+    onednn::matmul_loop(a32.data(), b32.data(), c, batch);
+  }
+
+  bool b_constant_;
+  Tensor constant_b_;  // a constant B as signed bytes, made on the first oneDNN run
+  int32_t constant_shift_ = 0;
+  std::vector<int32_t> column_sums_;
+  const std::vector<int32_t> no_sums_;
+  std::vector<int64_t> key_;
+  onednn::ShapeCache<PreparedMatmul> cache_;
+  onednn::PackedConstant packed_b_;
+};
+
+// ---- requantization ----
+
+// A scale input as float: float, float16 or bfloat16 (QLinearMatMul-21 and QLinearConv take
+// the 16-bit floats).
+inline std::vector<float> read_scale(KernelContext& ctx, size_t index, int64_t count, const char* name,
+                                     const char* what) {
+  const Tensor& t = ctx.input(index);
+  if (t.numel() != 1 && t.numel() != count) {
+    ctx.fail(std::string(name) + " has shape " + shape_string(t.shape()) + "; expected a scalar or " +
+             std::to_string(count) + " values (one per " + what + ")");
+  }
+  std::vector<float> values(static_cast<size_t>(t.numel()));
+  dispatch<float, Float16, BFloat16>(t.dtype(), name, [&]<typename T>() {
+    for (int64_t i = 0; i < t.numel(); ++i) values[static_cast<size_t>(i)] = static_cast<float>(t.data<T>()[i]);
+  });
+  return values;
+}
+
+// y[j] = saturate(round((c[j] + add[j]) * multiplier) + zero_point) for j < n, the
+// multiplier per column or one for all, rounding to nearest even; a loop the compiler
+// vectorizes (locals only, restrict pointers: byte stores would otherwise alias them all).
+template <typename T, bool kPerColumn>
+ONNXTRAIN_MULTIVERSIONED void requantize_row(const int32_t* __restrict c, int64_t n, const int32_t* __restrict add,
+                                             const float* __restrict multiplier, float zero_point, float lo, float hi,
+                                             T* __restrict y) {
+  const float one_multiplier = multiplier[0];
+  for (int64_t j = 0; j < n; ++j) {
+    const int32_t acc = add ? c[j] + add[j] : c[j];
+    const float product = static_cast<float>(acc) * (kPerColumn ? multiplier[j] : one_multiplier);
+    const float v = product != product ? 0.0f : std::min(std::max(product, -4194304.0f), 4194304.0f);  // < 2^22
+    y[j] = static_cast<T>(static_cast<int32_t>(std::min(std::max(vector_math::round_to_int(v) + zero_point, lo), hi)));
+  }
+}
+
+// What QLinearMatMul and QLinearConv do with C: the multiplier per (row, column) and the
+// output's zero point and range.
+struct Requantize {
+  std::vector<float> row_scale, column_scale;  // a_scale (1 or per row), b_scale / y_scale (1 or per column)
+  DType scale_type = DType::kFloat32;
+  float zero_point = 0, lo = 0, hi = 255;
+
+  // a_scale * b_scale / y_scale, each operation rounded to the scales' type (as numpy
+  // computes it in onnx.reference).
+  float multiplier(float a, float b, float y) const {
+    auto round = [this](float v) {
+      if (scale_type == DType::kFloat16) return static_cast<float>(Float16(v));
+      if (scale_type == DType::kBFloat16) return static_cast<float>(BFloat16(v));
+      return v;
+    };
+    return round(round(a * b) / y);
+  }
+
+  // The multipliers of row r, one per column (or one for all).
+  void row_multipliers(int64_t r, const std::vector<float>& b_scale, float y_scale, std::vector<float>& out) const {
+    const float a = row_scale.size() == 1 ? row_scale[0] : row_scale[static_cast<size_t>(r)];
+    out.resize(b_scale.size());
+    for (size_t i = 0; i < b_scale.size(); ++i) out[i] = multiplier(a, b_scale[i], y_scale);
+  }
+
+  // y[j] = saturate(round((c[j] + add[j]) * multiplier[j]) + zero_point) over a row, add
+  // and multiplier per column (`add` may be null).
+  template <typename T>
+  void row(const int32_t* c, int64_t n, const int32_t* add, const std::vector<float>& multiplier, T* y) const {
+    if (multiplier.size() == 1) {
+      requantize_row<T, false>(c, n, add, multiplier.data(), zero_point, lo, hi, y);
+    } else {
+      requantize_row<T, true>(c, n, add, multiplier.data(), zero_point, lo, hi, y);
+    }
+  }
+};
+
+// The requantization of a QLinear op: scales at inputs a_scale, b_scale, y_scale and the
+// output zero point at y_zero_point (inputs 1, 4, 6, 7 of QLinearMatMul and QLinearConv).
+inline Requantize read_requantize(KernelContext& ctx, int64_t rows, int64_t columns, const char* row_what,
+                                  const char* column_what, std::vector<float>& b_scale, float& y_scale) {
+  Requantize q;
+  q.row_scale = read_scale(ctx, 1, rows, "the scale of input 0", row_what);
+  b_scale = read_scale(ctx, 4, columns, "the scale of the second operand", column_what);
+  const std::vector<float> y = read_scale(ctx, 6, 1, "y_scale", "tensor");
+  y_scale = y[0];
+  q.scale_type = ctx.input(1).dtype();
+  const Tensor& zp = ctx.input(7);
+  if (!is_8bit(zp.dtype()) || zp.numel() != 1) {
+    ctx.fail("y_zero_point is " + std::string(dtype_name(zp.dtype())) + shape_string(zp.shape()) +
+             ", expected a scalar int8 or uint8");
+  }
+  q.zero_point = static_cast<float>(Matrix8{zp.dtype(), zp.raw_data(), 1, 1}.at(0, 0));
+  q.lo = zp.dtype() == DType::kInt8 ? -128.0f : 0.0f;
+  q.hi = zp.dtype() == DType::kInt8 ? 127.0f : 255.0f;
+  return q;
+}
+
+inline void check_8bit(KernelContext& ctx, const Tensor& t, const char* name) {
+  if (!is_8bit(t.dtype())) {
+    ctx.fail(std::string(name) + " is " + std::string(dtype_name(t.dtype())) + ", expected int8 or uint8");
+  }
+}
+
+}  // namespace onnxtrain::qlinear
