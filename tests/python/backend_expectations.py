@@ -65,6 +65,10 @@ _QLINEARMATMUL_WRAPS = "expected output wraps out-of-range values (onnx.referenc
 
 #: test name -> why it fails today.
 KNOWN_FAILURES: dict[str, str] = {
+    # onnx/backend/test/case/node/adam.py computes this case's expected outputs with
+    # epsilon=1e-2 but leaves the attribute off the node, so the spec's default (1e-6)
+    # applies; the expected X1_new (0.75914) is what epsilon=1e-2 gives, 0.75596 the default.
+    "test_adam_multiple": "expected outputs computed with epsilon=1e-2, which the node does not set",
     "test_qlinearmatmul_2D_int8_float16": _QLINEARMATMUL_WRAPS,
     "test_qlinearmatmul_2D_int8_float32": _QLINEARMATMUL_WRAPS,
     "test_qlinearmatmul_3D_int8_float16": _QLINEARMATMUL_WRAPS,
