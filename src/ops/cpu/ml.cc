@@ -1,0 +1,372 @@
+// Classical machine-learning ops on tensors: TfIdfVectorizer (default domain) and, of
+// ai.onnx.ml, Binarizer, ArrayFeatureExtractor and TreeEnsemble. Strings are not a tensor
+// type onnxtrain supports, so the string forms of these ops are refused.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/dispatch.h"
+#include "core/parallel.h"
+#include "ops/kernel_registry.h"
+
+namespace onnxtrain {
+namespace {
+
+constexpr const char* kMl = "ai.onnx.ml";
+
+// A float-typed tensor attribute as doubles; empty when absent.
+std::vector<double> doubles_of(const KernelInfo& info, std::string_view name) {
+  const Tensor* t = info.tensor_attribute(name);
+  if (t == nullptr) return {};
+  std::vector<double> out(static_cast<size_t>(t->numel()));
+  dispatch<ONNXTRAIN_NUMERIC_TYPES>(t->dtype(), name, [&]<typename T>() {
+    const T* v = t->data<T>();
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<double>(static_cast<compute_type_t<T>>(v[i]));
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------
+// TfIdfVectorizer (X [C] or [B, C] of int32/int64) => float [output_size] or [B, output_size]:
+// counts, per row, the n-grams of the pool (n in [min_gram_length, max_gram_length]) whose
+// items are skip_distance apart (1 .. max_skip_count + 1; unigrams once), at the output
+// index ngram_indexes gives each, then weighs them by `mode`.
+
+struct TfIdf {
+  int64_t min_n = 1, max_n = 1, max_skip = 0, output_size = 0;
+  enum class Mode { kTf, kIdf, kTfIdf } mode = Mode::kTf;
+  std::vector<double> weights;
+  std::map<std::vector<int64_t>, int64_t> grams;  // n-gram -> output index
+};
+
+TfIdf tfidf_from(const KernelInfo& info) {
+  TfIdf p;
+  p.min_n = info.int_attribute("min_gram_length");
+  p.max_n = info.int_attribute("max_gram_length");
+  p.max_skip = info.int_attribute("max_skip_count");
+  if (p.min_n < 1 || p.max_n < p.min_n || p.max_skip < 0) {
+    info.fail("expected 1 <= min_gram_length <= max_gram_length and max_skip_count >= 0, got " +
+              std::to_string(p.min_n) + ", " + std::to_string(p.max_n) + ", " + std::to_string(p.max_skip));
+  }
+  const std::string mode = info.string_attribute("mode");
+  if (mode == "TF") {
+    p.mode = TfIdf::Mode::kTf;
+  } else if (mode == "IDF") {
+    p.mode = TfIdf::Mode::kIdf;
+  } else if (mode == "TFIDF") {
+    p.mode = TfIdf::Mode::kTfIdf;
+  } else {
+    info.fail("mode is '" + mode + "', expected TF, IDF or TFIDF");
+  }
+  if (info.has_attribute("pool_strings")) info.fail("pool_strings: string tensors are not supported");
+  const std::vector<int64_t> pool = info.ints_attribute("pool_int64s");
+  const std::vector<int64_t> counts = info.ints_attribute("ngram_counts");
+  const std::vector<int64_t> indexes = info.ints_attribute("ngram_indexes");
+  const std::vector<float> weights = info.floats_attribute("weights", std::vector<float>{});
+  p.weights.assign(weights.begin(), weights.end());
+  for (int64_t i : indexes) {
+    if (i < 0) info.fail("ngram_indexes holds " + std::to_string(i) + ", expected indexes >= 0");
+    p.output_size = std::max(p.output_size, i + 1);
+  }
+  if (!p.weights.empty() && static_cast<int64_t>(p.weights.size()) < p.output_size) {
+    info.fail("weights has " + std::to_string(p.weights.size()) + " values, expected one per output (" +
+              std::to_string(p.output_size) + ")");
+  }
+  // ngram_counts[n - 1] is where the n-grams start in the pool; ids count across all sizes.
+  size_t id = 0;
+  for (size_t s = 0; s < counts.size(); ++s) {
+    const int64_t n = static_cast<int64_t>(s) + 1;
+    const int64_t begin = counts[s], end = s + 1 < counts.size() ? counts[s + 1] : static_cast<int64_t>(pool.size());
+    if (begin < 0 || end < begin || end > static_cast<int64_t>(pool.size()) || (end - begin) % n != 0) {
+      info.fail("ngram_counts " + std::to_string(s) + " gives pool items [" + std::to_string(begin) + ", " +
+                std::to_string(end) + "), not a whole number of " + std::to_string(n) + "-grams of the pool's " +
+                std::to_string(pool.size()));
+    }
+    for (int64_t at = begin; at < end; at += n, ++id) {
+      if (n < p.min_n || n > p.max_n) continue;
+      if (id >= indexes.size()) info.fail("ngram_indexes has fewer entries than the pool has n-grams");
+      p.grams.emplace(std::vector<int64_t>(pool.begin() + at, pool.begin() + at + n), indexes[id]);
+    }
+  }
+  return p;
+}
+
+template <typename I>
+void count_row(const TfIdf& p, const I* x, int64_t c, std::vector<int64_t>& counts) {
+  std::vector<int64_t> gram;
+  for (int64_t start = 0; start < c; ++start) {
+    for (int64_t skip = 1; skip <= p.max_skip + 1; ++skip) {
+      gram.clear();
+      for (int64_t n = 1; n <= p.max_n && start + (n - 1) * skip < c; ++n) {
+        gram.push_back(static_cast<int64_t>(x[start + (n - 1) * skip]));
+        if (n < p.min_n || (n == 1 && skip > 1)) continue;  // unigrams count once
+        const auto hit = p.grams.find(gram);
+        if (hit != p.grams.end()) ++counts[static_cast<size_t>(hit->second)];
+      }
+    }
+  }
+}
+
+const KernelRegistration kTfIdfVectorizer{
+    "", "TfIdfVectorizer", 9, kLatestOpset, [](const KernelInfo& info) {
+      const TfIdf p = tfidf_from(info);
+      return make_kernel([p](KernelContext& ctx) {
+        const Tensor& x = ctx.input(0);
+        if (x.rank() > 2) ctx.fail("X must be [C] or [B, C], got " + shape_string(x.shape()));
+        const int64_t rows = x.rank() == 2 ? x.dim(0) : 1, c = x.rank() == 0 ? 1 : x.dim(-1);
+        Tensor& y =
+            ctx.allocate_output(0, DType::kFloat32, x.rank() == 2 ? Shape{rows, p.output_size} : Shape{p.output_size});
+        float* out = y.data<float>();
+        dispatch<int32_t, int64_t>(x.dtype(), "TfIdfVectorizer", [&]<typename I>() {
+          parallel_for(rows, 1, [&](int64_t begin, int64_t end) {
+            std::vector<int64_t> counts(static_cast<size_t>(p.output_size));
+            for (int64_t r = begin; r < end; ++r) {
+              std::fill(counts.begin(), counts.end(), 0);
+              count_row(p, x.data<I>() + r * c, c, counts);
+              for (int64_t i = 0; i < p.output_size; ++i) {
+                const auto f = static_cast<double>(counts[static_cast<size_t>(i)]);
+                const double w = p.weights.empty() ? 1.0 : p.weights[static_cast<size_t>(i)];
+                const double v = p.mode == TfIdf::Mode::kTf    ? f
+                                 : p.mode == TfIdf::Mode::kIdf ? (f > 0 ? w : 0.0)
+                                                               : w * f;
+                out[r * p.output_size + i] = static_cast<float>(v);
+              }
+            }
+          });
+        });
+      });
+    }};
+
+// ---------------------------------------------------------------------------------------
+// Binarizer: 1 where x > threshold, else 0, of X's type.
+
+const KernelRegistration kBinarizer{kMl, "Binarizer", 1, kLatestOpset, [](const KernelInfo& info) {
+                                      const double threshold = info.float_attribute("threshold", 0.0f);
+                                      return make_kernel([threshold](KernelContext& ctx) {
+                                        const Tensor& x = ctx.input(0);
+                                        Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
+                                        dispatch<float, double, int32_t, int64_t>(
+                                            x.dtype(), "Binarizer", [&]<typename T>() {
+                                              const T* in = x.data<T>();
+                                              T* out = y.data<T>();
+                                              for (int64_t i = 0; i < x.numel(); ++i) {
+                                                out[i] = static_cast<double>(in[i]) > threshold ? T(1) : T(0);
+                                              }
+                                            });
+                                      });
+                                    }};
+
+// ---------------------------------------------------------------------------------------
+// ArrayFeatureExtractor (X [..., F], Y indices) => [..., len(Y)] (a 1-D X gives [1, len(Y)]):
+// the features Y of the last axis.
+
+const KernelRegistration kArrayFeatureExtractor{
+    kMl, "ArrayFeatureExtractor", 1, kLatestOpset, [](const KernelInfo&) {
+      return make_kernel([](KernelContext& ctx) {
+        const Tensor& x = ctx.input(0);
+        const Tensor& indices = ctx.input(1);
+        if (x.rank() == 0) ctx.fail("X must have rank 1 or more, got a scalar");
+        if (indices.dtype() != DType::kInt64) {
+          ctx.fail("Y must be int64, got " + std::string(dtype_name(indices.dtype())));
+        }
+        const int64_t features = x.dim(-1), picked = indices.numel();
+        const int64_t* idx = indices.data<int64_t>();
+        for (int64_t i = 0; i < picked; ++i) {
+          if (idx[i] < 0 || idx[i] >= features) {
+            ctx.fail("index " + std::to_string(idx[i]) + " is out of range for the last axis of X " +
+                     shape_string(x.shape()) + " (expected 0.." + std::to_string(features - 1) + ")");
+          }
+        }
+        Shape shape = x.rank() == 1 ? Shape{1, picked} : x.shape();
+        shape.back() = picked;
+        Tensor& y = ctx.allocate_output(0, x.dtype(), shape);
+        const int64_t rows = features == 0 ? 0 : x.numel() / features;
+        const size_t bytes = dtype_bytes(x.dtype(), 1);
+        const auto* in = static_cast<const std::byte*>(x.raw_data());
+        auto* out = static_cast<std::byte*>(y.raw_data());
+        for (int64_t r = 0; r < rows; ++r) {
+          for (int64_t i = 0; i < picked; ++i) {
+            std::memcpy(out + (r * picked + i) * bytes, in + (r * features + idx[i]) * bytes, bytes);
+          }
+        }
+      });
+    }};
+
+// ---------------------------------------------------------------------------------------
+// TreeEnsemble (ai.onnx.ml opset 5) (X [N, F]) => [N, n_targets]: each tree sends a row from
+// its root through interior nodes (feature, mode, split) to a leaf (target, weight); the
+// leaves' weights aggregate per target (sum, average, min or max), then post_transform.
+
+enum class SplitMode : uint8_t { kLeq, kLt, kGte, kGt, kEq, kNeq, kMember };
+
+struct Tree {
+  struct Interior {
+    int64_t feature = 0;
+    SplitMode mode = SplitMode::kLeq;
+    double split = 0;
+    std::vector<double> members;  // kMember
+    bool missing_true = false;
+    int64_t next[2] = {0, 0};  // [false, true] child: a node index, or ~leaf index
+  };
+  std::vector<Interior> nodes;
+  std::vector<int64_t> roots;  // a node index, or ~leaf index
+  std::vector<int64_t> leaf_targets;
+  std::vector<double> leaf_weights;
+  int64_t targets = 1;
+  int64_t aggregate = 1;       // 0 average, 1 sum, 2 min, 3 max
+  int64_t post_transform = 0;  // 0 none, 1 softmax, 2 logistic, 3 softmax_zero
+};
+
+bool goes_true(const Tree::Interior& n, double v) {
+  if (std::isnan(v) && n.missing_true) return true;
+  switch (n.mode) {
+    case SplitMode::kLeq:
+      return v <= n.split;
+    case SplitMode::kLt:
+      return v < n.split;
+    case SplitMode::kGte:
+      return v >= n.split;
+    case SplitMode::kGt:
+      return v > n.split;
+    case SplitMode::kEq:
+      return v == n.split;
+    case SplitMode::kNeq:
+      return v != n.split;
+    case SplitMode::kMember:
+      return std::find(n.members.begin(), n.members.end(), v) != n.members.end();
+  }
+  return false;
+}
+
+Tree tree_from(const KernelInfo& info) {
+  Tree t;
+  const std::vector<double> splits = doubles_of(info, "nodes_splits");
+  const std::vector<int64_t> features = info.ints_attribute("nodes_featureids");
+  const Tensor* modes = info.tensor_attribute("nodes_modes");
+  const std::vector<int64_t> true_ids = info.ints_attribute("nodes_truenodeids");
+  const std::vector<int64_t> false_ids = info.ints_attribute("nodes_falsenodeids");
+  const std::vector<int64_t> true_leafs = info.ints_attribute("nodes_trueleafs");
+  const std::vector<int64_t> false_leafs = info.ints_attribute("nodes_falseleafs");
+  const std::vector<int64_t> missing = info.ints_attribute("nodes_missing_value_tracks_true", std::vector<int64_t>{});
+  const std::vector<double> members = doubles_of(info, "membership_values");
+  t.leaf_targets = info.ints_attribute("leaf_targetids");
+  t.leaf_weights = doubles_of(info, "leaf_weights");
+  t.targets = info.int_attribute("n_targets");
+  t.aggregate = info.int_attribute("aggregate_function", 1);
+  t.post_transform = info.int_attribute("post_transform", 0);
+  const size_t count = features.size();
+  if (modes == nullptr || modes->dtype() != DType::kUInt8 || static_cast<size_t>(modes->numel()) != count ||
+      splits.size() != count || true_ids.size() != count || false_ids.size() != count || true_leafs.size() != count ||
+      false_leafs.size() != count || (!missing.empty() && missing.size() != count)) {
+    info.fail("the nodes_* attributes must all have one entry per node (" + std::to_string(count) +
+              ", from nodes_featureids); nodes_modes a uint8 tensor");
+  }
+  if (t.leaf_weights.size() != t.leaf_targets.size()) info.fail("leaf_weights and leaf_targetids differ in length");
+  if (t.aggregate < 0 || t.aggregate > 3)
+    info.fail("aggregate_function " + std::to_string(t.aggregate) + " is unknown");
+  if (t.post_transform < 0 || t.post_transform > 3) {
+    info.fail("post_transform " + std::to_string(t.post_transform) + " is not supported (NONE, SOFTMAX, LOGISTIC, " +
+              "SOFTMAX_ZERO are)");
+  }
+  for (int64_t target : t.leaf_targets) {
+    if (target < 0 || target >= t.targets) info.fail("leaf target " + std::to_string(target) + " >= n_targets");
+  }
+  size_t member_at = 0;
+  const auto child = [&](int64_t id, bool leaf) {
+    const auto limit = static_cast<int64_t>(leaf ? t.leaf_targets.size() : count);
+    if (id < 0 || id >= limit) info.fail("a child " + std::string(leaf ? "leaf" : "node") + " index is out of range");
+    return leaf ? ~id : id;
+  };
+  t.nodes.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    Tree::Interior& n = t.nodes[i];
+    n.feature = features[i];
+    if (n.feature < 0) info.fail("nodes_featureids holds a negative feature");
+    const uint8_t mode = modes->data<uint8_t>()[i];
+    if (mode > 6) info.fail("nodes_modes holds " + std::to_string(mode) + ", expected 0..6");
+    n.mode = static_cast<SplitMode>(mode);
+    n.split = splits[i];
+    n.missing_true = !missing.empty() && missing[i] != 0;
+    n.next[1] = child(true_ids[i], true_leafs[i] != 0);
+    n.next[0] = child(false_ids[i], false_leafs[i] != 0);
+    if (n.mode == SplitMode::kMember) {
+      // The members of successive set-membership nodes, each list ended by a NaN.
+      while (member_at < members.size() && !std::isnan(members[member_at])) n.members.push_back(members[member_at++]);
+      if (member_at++ >= members.size()) info.fail("membership_values has no NaN-ended list for every MEMBER node");
+    }
+  }
+  for (int64_t root : info.ints_attribute("tree_roots")) {
+    if (root < 0 || root >= static_cast<int64_t>(count)) info.fail("tree_roots holds an index out of range");
+    const Tree::Interior& r = t.nodes[static_cast<size_t>(root)];
+    // A tree that is one leaf: both branches lead to the same leaf.
+    const bool leaf = true_leafs[static_cast<size_t>(root)] && false_leafs[static_cast<size_t>(root)] &&
+                      true_ids[static_cast<size_t>(root)] == false_ids[static_cast<size_t>(root)];
+    t.roots.push_back(leaf ? r.next[1] : root);
+  }
+  return t;
+}
+
+// The leaf a row reaches from `at`.
+int64_t leaf_of(const Tree& t, int64_t at, const double* row, int64_t features, const KernelContext& ctx) {
+  while (at >= 0) {
+    const Tree::Interior& n = t.nodes[static_cast<size_t>(at)];
+    if (n.feature >= features)
+      ctx.fail("a node splits on feature " + std::to_string(n.feature) + ", X has " + std::to_string(features));
+    at = n.next[goes_true(n, row[n.feature]) ? 1 : 0];
+  }
+  return ~at;
+}
+
+void post_transform(std::vector<double>& v, int64_t kind) {
+  if (kind == 2) {
+    for (double& x : v) x = 1.0 / (1.0 + std::exp(-x));
+  } else if (kind == 1 || kind == 3) {
+    double top = -std::numeric_limits<double>::infinity(), sum = 0;
+    for (double x : v) top = std::max(top, x);
+    for (double& x : v) sum += (x = (kind == 3 && x == 0) ? 0.0 : std::exp(x - top));
+    for (double& x : v) x = sum > 0 ? x / sum : 0.0;
+  }
+}
+
+const KernelRegistration kTreeEnsemble{
+    kMl, "TreeEnsemble", 5, kLatestOpset, [](const KernelInfo& info) {
+      const Tree t = tree_from(info);
+      return make_kernel([t](KernelContext& ctx) {
+        const Tensor& x = ctx.input(0);
+        if (x.rank() != 2) ctx.fail("X must be [N, F], got " + shape_string(x.shape()));
+        const int64_t rows = x.dim(0), features = x.dim(1);
+        Tensor& y = ctx.allocate_output(0, x.dtype(), {rows, t.targets});
+        dispatch<float, double, Float16>(x.dtype(), "TreeEnsemble", [&]<typename T>() {
+          const T* in = x.data<T>();
+          T* out = y.data<T>();
+          std::vector<double> row(static_cast<size_t>(features)), sums(static_cast<size_t>(t.targets));
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t f = 0; f < features; ++f)
+              row[f] = static_cast<double>(static_cast<compute_type_t<T>>(in[r * features + f]));
+            // A target no leaf reached keeps the type's extreme under min and max.
+            const double extreme = static_cast<double>(std::numeric_limits<compute_type_t<T>>::max());
+            const double init = t.aggregate == 2 ? extreme : t.aggregate == 3 ? -extreme : 0.0;
+            std::fill(sums.begin(), sums.end(), init);
+            for (int64_t root : t.roots) {
+              const size_t leaf = static_cast<size_t>(leaf_of(t, root, row.data(), features, ctx));
+              double& s = sums[static_cast<size_t>(t.leaf_targets[leaf])];
+              const double w = t.leaf_weights[leaf];
+              s = t.aggregate == 2 ? std::min(s, w) : t.aggregate == 3 ? std::max(s, w) : s + w;
+            }
+            if (t.aggregate == 0 && !t.roots.empty()) {
+              for (double& s : sums) s /= static_cast<double>(t.roots.size());
+            }
+            post_transform(sums, t.post_transform);
+            for (int64_t k = 0; k < t.targets; ++k)
+              out[r * t.targets + k] = static_cast<T>(static_cast<compute_type_t<T>>(sums[k]));
+          }
+        });
+      });
+    }};
+
+}  // namespace
+}  // namespace onnxtrain

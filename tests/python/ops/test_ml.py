@@ -1,0 +1,87 @@
+"""TfIdfVectorizer and the ai.onnx.ml tensor ops (Binarizer, ArrayFeatureExtractor,
+TreeEnsemble) against onnxruntime where it has them and onnx.reference."""
+
+import numpy as np
+import pytest
+from onnx import helper, numpy_helper
+
+from op_harness import check_op, run_onnxtrain, run_reference
+
+ML = "ai.onnx.ml"
+rng = np.random.default_rng(0)
+
+
+def ml_model(op, inputs, attrs, ml_opset=5):
+    node = helper.make_node(op, list(inputs), ["y"], domain=ML, **attrs)
+    graph_inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+                    for k, v in inputs.items()]
+    graph = helper.make_graph([node], op, graph_inputs, [helper.make_empty_tensor_value_info("y")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(ML, ml_opset)],
+                             ir_version=10)
+
+
+def check_ml(op, inputs, attrs, references=("onnx.reference",), ml_opset=5):
+    model = ml_model(op, inputs, attrs, ml_opset)
+    (ours,) = run_onnxtrain(model, inputs)
+    for reference in references:
+        (theirs,) = run_reference(model, inputs, reference)
+        assert ours.dtype == theirs.dtype and ours.shape == theirs.shape, reference
+        np.testing.assert_allclose(ours, theirs, rtol=1e-6, atol=1e-6, err_msg=reference)
+    return ours
+
+
+TFIDF = dict(min_gram_length=1, max_gram_length=3, ngram_counts=[0, 4, 8],
+             ngram_indexes=[7, 6, 5, 4, 3, 2, 1, 0], pool_int64s=[2, 3, 5, 4, 5, 6, 7, 8, 6, 7, 7, 8, 6, 7])
+
+
+@pytest.mark.parametrize("mode", ["TF", "IDF", "TFIDF"])
+@pytest.mark.parametrize("skip", [0, 1, 3])
+@pytest.mark.parametrize("min_n", [1, 2])
+@pytest.mark.parametrize("weights", [False, True])
+def test_tfidf_vectorizer(mode, skip, min_n, weights):
+    x = rng.integers(2, 9, size=(3, 12)).astype(np.int32)
+    attrs = {**TFIDF, "mode": mode, "max_skip_count": skip, "min_gram_length": min_n}
+    if weights:
+        attrs["weights"] = list(np.linspace(0.5, 2.0, 8))
+    # onnx.reference 1.19 fails on IDF and TFIDF without weights (len(None)).
+    references = ("onnxruntime", "onnx.reference") if weights or mode == "TF" else ("onnxruntime",)
+    for reference in references:
+        check_op("TfIdfVectorizer", {"x": x}, attrs, opset=9, reference=reference)
+        check_op("TfIdfVectorizer", {"x": x[0].astype(np.int64)}, attrs, opset=9, reference=reference)
+
+
+def test_binarizer():
+    x = rng.standard_normal((4, 5)).astype(np.float32)
+    check_ml("Binarizer", {"x": x}, {"threshold": 0.3}, references=("onnx.reference", "onnxruntime"), ml_opset=1)
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 7), (2, 3, 7)])
+def test_array_feature_extractor(shape):
+    x = rng.standard_normal(shape).astype(np.float32)
+    idx = np.array([0, 6, 2, 2], np.int64)
+    check_ml("ArrayFeatureExtractor", {"x": x, "idx": idx}, {}, references=("onnx.reference", "onnxruntime"),
+             ml_opset=1)
+
+
+def tree_attrs(aggregate):
+    # Tree 0: x0 <= 0.5 ? (x1 in {1, 3} ? leaf0 : leaf1) : leaf2. Tree 1: x2 > 0 ? leaf3 : leaf4.
+    return dict(
+        nodes_featureids=[0, 1, 2],
+        nodes_modes=numpy_helper.from_array(np.array([0, 6, 3], np.uint8)),
+        nodes_splits=numpy_helper.from_array(np.array([0.5, np.nan, 0.0], np.float32)),
+        nodes_truenodeids=[1, 0, 3], nodes_trueleafs=[0, 1, 1],
+        nodes_falsenodeids=[2, 1, 4], nodes_falseleafs=[1, 1, 1],
+        nodes_missing_value_tracks_true=[1, 0, 0],
+        membership_values=numpy_helper.from_array(np.array([1.0, 3.0, np.nan], np.float32)),
+        leaf_targetids=[0, 1, 0, 1, 1],
+        leaf_weights=numpy_helper.from_array(np.array([1.0, 10.0, 100.0, 0.5, -2.0], np.float32)),
+        tree_roots=[0, 2], n_targets=2, aggregate_function=aggregate,
+    )
+
+
+@pytest.mark.parametrize("aggregate", [0, 1, 2, 3])
+def test_tree_ensemble(aggregate):
+    x = np.array([[0.0, 1.0, 1.0], [0.0, 2.0, -1.0], [1.0, 3.0, 0.5], [np.nan, 3.0, 0.0]], np.float32)
+    y = check_ml("TreeEnsemble", {"x": x}, tree_attrs(aggregate))
+    if aggregate == 1:
+        np.testing.assert_array_equal(y, [[1.0, 0.5], [0.0, 8.0], [100.0, 0.5], [1.0, -2.0]])
