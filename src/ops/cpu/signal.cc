@@ -165,12 +165,12 @@ struct DftLayout {
 // One transform per (outer, inner) line: read `length` values (zero-padded or truncated to
 // n), transform, write the first out_length.
 template <typename T>
-void dft_lines(const T* x, T* y, const DftLayout& l, bool inverse, int64_t num_threads) {
+void dft_lines(const T* x, T* y, const DftLayout& l, bool inverse) {
   using C = compute_type_t<T>;
   const FftPlan plan(l.n);
   const int64_t lines = l.outer * l.inner, copied = std::min(l.length, l.n);
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, l.n * 8));
-  (void)num_threads;
+  // About 16k complex operations per task: n log n for one line.
+  const int64_t grain = std::max<int64_t>(1, 16384 / (l.n * 8));
   parallel_for(lines, grain, [&](int64_t begin, int64_t end) {
     std::vector<Complex> line(static_cast<size_t>(l.n)), scratch(static_cast<size_t>(plan.scratch_size()));
     for (int64_t at = begin; at < end; ++at) {
@@ -236,8 +236,8 @@ void run_dft(KernelContext& ctx, const DftAttributes& a) {
   shape.back() = 2;
   Tensor& y = ctx.allocate_output(0, x.dtype(), shape);
   if (y.numel() == 0) return;
-  dispatch<ONNXTRAIN_FLOAT_TYPES>(
-      x.dtype(), "DFT", [&]<typename T>() { dft_lines<T>(x.data<T>(), y.data<T>(), l, a.inverse, ctx.num_threads()); });
+  dispatch<ONNXTRAIN_FLOAT_TYPES>(x.dtype(), "DFT",
+                                  [&]<typename T>() { dft_lines<T>(x.data<T>(), y.data<T>(), l, a.inverse); });
 }
 
 KernelFactory dft_factory(bool axis_from_input) {
