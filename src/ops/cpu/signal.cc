@@ -32,15 +32,29 @@ std::vector<Complex> roots_of_unity(int64_t n, int64_t count) {
   return w;
 }
 
+// The plain complex product: std::complex's operator* also recovers infinities from NaN
+// results (C Annex G) through a library call, which costs several times the arithmetic.
+inline Complex mul(Complex a, Complex b) {
+  return {a.real() * b.real() - a.imag() * b.imag(), a.real() * b.imag() + a.imag() * b.real()};
+}
+
 bool is_power_of_two(int64_t n) {
   return n > 0 && (n & (n - 1)) == 0;
 }
 
 // The forward transform of a power-of-two length, in place: bit-reversal permutation, then
-// log2(n) rounds of butterflies.
+// log2(n) rounds of butterflies. Each round of span `len` reads its twiddles
+// exp(-2 pi i k / len), k < len / 2, contiguously from twiddles_[len / 2 ...].
 class Radix2 {
  public:
-  explicit Radix2(int64_t n) : n_(n), twiddles_(roots_of_unity(n, n / 2)) {}
+  explicit Radix2(int64_t n) : n_(n), twiddles_(static_cast<size_t>(std::max<int64_t>(n, 1))) {
+    const std::vector<Complex> roots = roots_of_unity(n, n / 2);
+    for (int64_t half = 1; half < n; half <<= 1) {
+      for (int64_t k = 0; k < half; ++k) {
+        twiddles_[static_cast<size_t>(half + k)] = roots[static_cast<size_t>(k * (n / (2 * half)))];
+      }
+    }
+  }
 
   void run(Complex* a) const {
     for (int64_t i = 1, j = 0; i < n_; ++i) {
@@ -49,13 +63,20 @@ class Radix2 {
       j ^= bit;
       if (i < j) std::swap(a[i], a[j]);
     }
-    for (int64_t len = 2; len <= n_; len <<= 1) {
-      const int64_t half = len / 2, step = n_ / len;
-      for (int64_t start = 0; start < n_; start += len) {
+    for (int64_t start = 0; start + 1 < n_; start += 2) {  // span 2: the twiddle is 1
+      const Complex t = a[start + 1];
+      a[start + 1] = a[start] - t;
+      a[start] += t;
+    }
+    for (int64_t half = 2; half < n_; half <<= 1) {
+      const Complex* w = twiddles_.data() + half;
+      for (int64_t start = 0; start < n_; start += 2 * half) {
+        Complex* lo = a + start;
+        Complex* hi = lo + half;
         for (int64_t k = 0; k < half; ++k) {
-          const Complex t = twiddles_[static_cast<size_t>(k * step)] * a[start + k + half];
-          a[start + k + half] = a[start + k] - t;
-          a[start + k] += t;
+          const Complex t = mul(w[k], hi[k]);
+          hi[k] = lo[k] - t;
+          lo[k] += t;
         }
       }
     }
@@ -94,7 +115,7 @@ class FftPlan {
   void direct(Complex* a, Complex* out) const {
     for (int64_t k = 0; k < n_; ++k) {
       Complex sum = 0;
-      for (int64_t j = 0; j < n_; ++j) sum += a[j] * roots_[static_cast<size_t>(j * k % n_)];
+      for (int64_t j = 0; j < n_; ++j) sum += mul(a[j], roots_[static_cast<size_t>(j * k % n_)]);
       out[k] = sum;
     }
     std::copy(out, out + n_, a);
@@ -124,14 +145,14 @@ class FftPlan {
 
   void bluestein(Complex* a, Complex* scratch) const {
     Complex* u = scratch;
-    for (int64_t j = 0; j < n_; ++j) u[j] = a[j] * chirp_[static_cast<size_t>(j)];
+    for (int64_t j = 0; j < n_; ++j) u[j] = mul(a[j], chirp_[static_cast<size_t>(j)]);
     std::fill(u + n_, u + m_, Complex(0));
     conv_->run(u);
     // The inverse transform of the product, as conj(FFT(conj(.))) / m.
-    for (int64_t i = 0; i < m_; ++i) u[i] = std::conj(u[i] * chirp_spectrum_[static_cast<size_t>(i)]);
+    for (int64_t i = 0; i < m_; ++i) u[i] = std::conj(mul(u[i], chirp_spectrum_[static_cast<size_t>(i)]));
     conv_->run(u);
     const double scale = 1.0 / static_cast<double>(m_);
-    for (int64_t k = 0; k < n_; ++k) a[k] = std::conj(u[k]) * scale * chirp_[static_cast<size_t>(k)];
+    for (int64_t k = 0; k < n_; ++k) a[k] = mul(std::conj(u[k]) * scale, chirp_[static_cast<size_t>(k)]);
   }
 
   int64_t n_;
