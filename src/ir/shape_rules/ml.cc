@@ -33,11 +33,27 @@ void tree_ensemble(ShapeContext& c) {
   c.set(0, c.dtype(0), SymbolicShape{x && x->size() == 2 ? (*x)[0] : Dim{}, targets ? known(*targets) : Dim{}});
 }
 
+// LabelEncoder: X's shape, of the values' type.
+void label_encoder(ShapeContext& c) {
+  DType dtype = DType::kUndefined;
+  if (const Attribute* t = c.node().attribute("values_tensor"); t && t->type == AttributeType::kTensor) {
+    dtype = t->t.dtype();
+  } else if (c.ints_attribute("values_int64s")) {
+    dtype = DType::kInt64;
+  } else if (c.node().attribute("values_floats")) {
+    dtype = DType::kFloat32;
+  }
+  const SymbolicShape* x = c.shape(0);
+  if (!x) return c.set(0, dtype);
+  c.set(0, dtype, *x);
+}
+
 const ShapeRuleRegistration kTfIdfShapes{{{"TfIdfVectorizer", tfidf_vectorizer}}};
 const ShapeRuleRegistration kMlShapes{{
                                           {"Binarizer", same_as_input},
                                           {"ArrayFeatureExtractor", array_feature_extractor},
                                           {"TreeEnsemble", tree_ensemble},
+                                          {"LabelEncoder", label_encoder},
                                       },
                                       "ai.onnx.ml"};
 

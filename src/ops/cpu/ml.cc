@@ -1,12 +1,14 @@
 // Classical machine-learning ops on tensors: TfIdfVectorizer (default domain) and, of
-// ai.onnx.ml, Binarizer, ArrayFeatureExtractor and TreeEnsemble. Strings are not a tensor
+// ai.onnx.ml, Binarizer, ArrayFeatureExtractor, TreeEnsemble and LabelEncoder. Strings are not a tensor
 // type onnxtrain supports, so the string forms of these ops are refused.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -363,6 +365,130 @@ const KernelRegistration kTreeEnsemble{
             post_transform(sums, t.post_transform);
             for (int64_t k = 0; k < t.targets; ++k)
               out[r * t.targets + k] = static_cast<T>(static_cast<compute_type_t<T>>(sums[k]));
+          }
+        });
+      });
+    }};
+
+// ---------------------------------------------------------------------------------------
+// LabelEncoder (opsets 2-4) over numbers: each element of X maps through keys -> values, or
+// to the default. Keys and values come from keys_int64s / keys_floats, values_int64s /
+// values_floats, or (opset 4) keys_tensor / values_tensor with default_tensor. A NaN key
+// matches NaN elements. String keys and values are refused: strings are not a tensor type
+// onnxtrain supports.
+
+// Numbers of one attribute, kept as integers or as doubles by their element type.
+struct Numbers {
+  DType dtype = DType::kUndefined;
+  std::vector<int64_t> ints;
+  std::vector<double> reals;
+  size_t size() const { return is_integer(dtype) ? ints.size() : reals.size(); }
+};
+
+Numbers numbers_of(const KernelInfo& info, const char* prefix) {
+  const std::string p(prefix);
+  Numbers n;
+  if (info.has_attribute(p + "_strings")) info.fail(p + "_strings: string tensors are not supported");
+  if (const Tensor* t = info.tensor_attribute(p + "_tensor")) {
+    n.dtype = t->dtype();
+    if (n.dtype == DType::kString) info.fail(p + "_tensor: string tensors are not supported");
+    if (is_integer(n.dtype)) {
+      n.ints = t->to_int64_vector();
+    } else {
+      n.reals = doubles_of(info, p + "_tensor");
+    }
+  } else if (info.has_attribute(p + "_int64s")) {
+    n.dtype = DType::kInt64;
+    n.ints = info.ints_attribute(p + "_int64s");
+  } else if (info.has_attribute(p + "_floats")) {
+    n.dtype = DType::kFloat32;
+    const std::vector<float> f = info.floats_attribute(p + "_floats");
+    n.reals.assign(f.begin(), f.end());
+  } else {
+    info.fail("needs " + p + "_int64s, " + p + "_floats or " + p + "_tensor");
+  }
+  return n;
+}
+
+struct LabelEncoding {
+  Numbers keys, values;
+  int64_t default_int = -1;
+  double default_real = -0.0;
+  std::unordered_map<int64_t, size_t> by_int;
+  std::unordered_map<double, size_t> by_real;  // 0.0 and -0.0 hash alike
+  std::optional<size_t> nan_key;
+};
+
+LabelEncoding label_encoding_from(const KernelInfo& info) {
+  LabelEncoding e;
+  e.keys = numbers_of(info, "keys");
+  e.values = numbers_of(info, "values");
+  if (e.keys.size() != e.values.size()) {
+    info.fail(std::to_string(e.keys.size()) + " keys but " + std::to_string(e.values.size()) + " values");
+  }
+  if (const Tensor* d = info.tensor_attribute("default_tensor")) {
+    if (d->numel() != 1 || d->dtype() != e.values.dtype) {
+      info.fail("default_tensor must be one value of the values' type " + std::string(dtype_name(e.values.dtype)));
+    }
+    if (is_integer(d->dtype())) {
+      e.default_int = d->item_as_int64();
+    } else {
+      e.default_real = d->item_as_double();
+    }
+  } else {
+    e.default_int = info.int_attribute("default_int64", -1);
+    e.default_real = info.float_attribute("default_float", -0.0f);
+  }
+  for (size_t i = 0; i < e.keys.size(); ++i) {
+    if (is_integer(e.keys.dtype)) {
+      e.by_int.emplace(e.keys.ints[i], i);
+    } else if (std::isnan(e.keys.reals[i])) {
+      if (!e.nan_key) e.nan_key = i;
+    } else {
+      e.by_real.emplace(e.keys.reals[i], i);
+    }
+  }
+  return e;
+}
+
+const KernelRegistration kLabelEncoder{
+    kMl, "LabelEncoder", 2, kLatestOpset, [](const KernelInfo& info) {
+      const LabelEncoding e = label_encoding_from(info);
+      return make_kernel([e](KernelContext& ctx) {
+        const Tensor& x = ctx.input(0);
+        if (x.dtype() != e.keys.dtype) {
+          ctx.fail("X is " + std::string(dtype_name(x.dtype())) + ", expected the keys' type " +
+                   std::string(dtype_name(e.keys.dtype)));
+        }
+        Tensor& y = ctx.allocate_output(0, e.values.dtype, x.shape());
+        // The index of the value each element maps to; keys.size() for the default.
+        std::vector<size_t> hits(static_cast<size_t>(x.numel()), e.keys.size());
+        dispatch<ONNXTRAIN_NUMERIC_TYPES>(x.dtype(), "LabelEncoder", [&]<typename K>() {
+          const K* in = x.data<K>();
+          for (size_t i = 0; i < hits.size(); ++i) {
+            if constexpr (std::is_integral_v<K>) {
+              const auto hit = e.by_int.find(static_cast<int64_t>(in[i]));
+              if (hit != e.by_int.end()) hits[i] = hit->second;
+            } else {
+              const double v = static_cast<double>(static_cast<compute_type_t<K>>(in[i]));
+              if (std::isnan(v)) {
+                if (e.nan_key) hits[i] = *e.nan_key;
+                continue;
+              }
+              const auto hit = e.by_real.find(v);
+              if (hit != e.by_real.end()) hits[i] = hit->second;
+            }
+          }
+        });
+        dispatch<ONNXTRAIN_NUMERIC_TYPES>(y.dtype(), "LabelEncoder values", [&]<typename V>() {
+          V* out = y.data<V>();
+          for (size_t i = 0; i < hits.size(); ++i) {
+            const bool found = hits[i] < e.keys.size();
+            if constexpr (std::is_integral_v<V>) {
+              out[i] = static_cast<V>(found ? e.values.ints[hits[i]] : e.default_int);
+            } else {
+              out[i] = static_cast<V>(static_cast<compute_type_t<V>>(found ? e.values.reals[hits[i]] : e.default_real));
+            }
           }
         });
       });

@@ -85,3 +85,35 @@ def test_tree_ensemble(aggregate):
     y = check_ml("TreeEnsemble", {"x": x}, tree_attrs(aggregate))
     if aggregate == 1:
         np.testing.assert_array_equal(y, [[1.0, 0.5], [0.0, 8.0], [100.0, 0.5], [1.0, -2.0]])
+
+
+@pytest.mark.parametrize("opset", [2, 4])
+@pytest.mark.parametrize("kind", ["int_int", "int_float", "float_int", "float_float"])
+def test_label_encoder_attribute_lists(opset, kind):
+    keys_int = kind.startswith("int")
+    values_int = kind.endswith("int")
+    x = (np.array([[3, 7, 1], [9, 3, 0]], np.int64) if keys_int
+         else np.array([0.5, -1.0, 2.25, 0.0, 7.0], np.float32))
+    attrs = {"keys_int64s": [3, 9, 0]} if keys_int else {"keys_floats": [0.5, 2.25, -0.0]}
+    attrs.update({"values_int64s": [30, 90, 5]} if values_int else {"values_floats": [3.5, 9.5, -1.5]})
+    attrs.update({"default_int64": 42} if values_int else {"default_float": 0.25})
+    check_ml("LabelEncoder", {"x": x}, attrs, references=("onnx.reference", "onnxruntime"), ml_opset=opset)
+
+
+def test_label_encoder_tensor_attributes_and_nan_key():
+    x = np.array([1.5, np.nan, 2.0, -3.0], np.float64)
+    attrs = {"keys_tensor": numpy_helper.from_array(np.array([1.5, np.nan, -3.0], np.float64)),
+             "values_tensor": numpy_helper.from_array(np.array([10, 20, 30], np.int32)),
+             "default_tensor": numpy_helper.from_array(np.array([-7], np.int32))}
+    y = check_ml("LabelEncoder", {"x": x}, attrs, references=(), ml_opset=4)
+    assert y.dtype == np.int32
+    np.testing.assert_array_equal(y, [10, 20, -7, 30])
+
+
+def test_label_encoder_rejects_strings_and_mismatched_input():
+    with pytest.raises((ValueError, RuntimeError), match="string tensors are not supported"):
+        check_ml("LabelEncoder", {"x": np.array([1], np.int64)},
+                 {"keys_strings": ["a"], "values_int64s": [1]}, references=(), ml_opset=2)
+    with pytest.raises((ValueError, RuntimeError), match="expected the keys' type int64"):
+        check_ml("LabelEncoder", {"x": np.array([1.0], np.float32)},
+                 {"keys_int64s": [1], "values_int64s": [1]}, references=(), ml_opset=2)
