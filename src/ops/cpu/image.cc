@@ -1,6 +1,6 @@
 // ImageDecoder (encoded_stream uint8 [bytes]) => uint8 [H, W, 3] (pixel_format RGB or BGR) or
 // [H, W, 1] (Grayscale). Decodes BMP (uncompressed 1/4/8/24/32 bits, bitfields at 32),
-// PNG (every color type and bit depth, not interlaced; zlib through core/inflate.h) and
+// PNG (every color type and bit depth, Adam7 interlacing; zlib through core/inflate.h) and
 // PNM (P1-P6). JPEG, JPEG 2000, TIFF, WebP and GIF are recognized and refused with an
 // error that says so. Grayscale from color uses ITU-R 601-2 luma in 16-bit fixed point,
 // (19595 R + 38470 G + 7471 B + 2^15) >> 16, as Pillow (the ONNX reference) does.
@@ -186,41 +186,62 @@ class Decoder {
                           : color == 3 ? (depth == 1 || depth == 2 || depth == 4 || depth == 8)
                                        : (color == 2 || color == 4 || color == 6) && (depth == 8 || depth == 16);
     if (!depth_ok) fail("PNG color type " + std::to_string(color) + " at bit depth " + std::to_string(depth));
-    if (interlace != 0) fail("an interlaced (Adam7) PNG: not supported");
+    if (interlace > 1) fail("PNG interlace method " + std::to_string(interlace) + " (expected 0 or 1, Adam7)");
     const int samples = kSamples[color];
     const bool gray = color == 0 || color == 4;
     check_size(width, height);
     const size_t bits_per_pixel = static_cast<size_t>(samples * depth);
-    const size_t row_bytes = (width * bits_per_pixel + 7) / 8, step = std::max<size_t>(1, bits_per_pixel / 8);
-    const size_t expected = height * (row_bytes + 1);
+    const size_t step = std::max<size_t>(1, bits_per_pixel / 8);
+    // The passes of the image (Adam7's seven, or one): (x0, y0, dx, dy) and their sizes.
+    struct Pass {
+      size_t x0, y0, dx, dy, width, height;
+    };
+    static constexpr size_t kAdam7[7][4] = {{0, 0, 8, 8}, {4, 0, 8, 8}, {0, 4, 4, 8}, {2, 0, 4, 4},
+                                            {0, 2, 2, 4}, {1, 0, 2, 2}, {0, 1, 1, 2}};
+    std::vector<Pass> passes;
+    for (int i = 0; i < (interlace ? 7 : 1); ++i) {
+      const size_t* a = kAdam7[i];
+      Pass pass = interlace ? Pass{a[0], a[1], a[2], a[3], 0, 0} : Pass{0, 0, 1, 1, 0, 0};
+      pass.width = width > pass.x0 ? (width - pass.x0 + pass.dx - 1) / pass.dx : 0;
+      pass.height = height > pass.y0 ? (height - pass.y0 + pass.dy - 1) / pass.dy : 0;
+      if (pass.width && pass.height) passes.push_back(pass);
+    }
+    const auto row_bytes = [&](size_t pixels) { return (pixels * bits_per_pixel + 7) / 8; };
+    size_t expected = 0;
+    for (const Pass& pass : passes) expected += pass.height * (row_bytes(pass.width) + 1);
     const std::vector<uint8_t> raw = zlib_inflate(idat, expected, "encoded_stream: the PNG's IDAT data");
-    if (raw.size() != expected)
+    if (raw.size() != expected) {
       fail("PNG data of " + std::to_string(raw.size()) + " bytes, expected " + std::to_string(expected));
+    }
     Image image = blank(width, height, gray ? 1 : 3);
-    std::vector<uint8_t> previous(row_bytes, 0), row(row_bytes);
     const int max_value = (1 << std::min(depth, 8)) - 1;
-    for (uint32_t y = 0; y < height; ++y) {
-      const uint8_t* in = raw.data() + y * (row_bytes + 1);
-      unfilter(in[0], in + 1, previous.data(), row.data(), row_bytes, step);
-      uint8_t* out = image.pixels.data() + static_cast<size_t>(y) * width * image.channels;
-      for (uint32_t x = 0; x < width; ++x) {
-        // The high byte of 16-bit samples; sub-byte gray scaled to 0..255.
-        const auto sample = [&](int s) -> unsigned {
-          if (depth >= 8) return row[(static_cast<size_t>(x) * samples + s) * (depth / 8)];
-          const size_t bit = static_cast<size_t>(x) * depth;
-          return (row[bit / 8] >> (8 - depth - bit % 8)) & max_value;
-        };
-        if (color == 3) {
-          const unsigned index = sample(0);
-          if (3 * index + 2 >= palette.size()) fail("a PNG pixel indexes past the palette");
-          std::memcpy(out + 3 * x, palette.data() + 3 * index, 3);
-        } else if (gray) {
-          out[x] = static_cast<uint8_t>(sample(0) * 255 / max_value);
-        } else {
-          for (int c = 0; c < 3; ++c) out[3 * x + c] = static_cast<uint8_t>(sample(c));
+    const uint8_t* in = raw.data();
+    for (const Pass& pass : passes) {
+      const size_t n = row_bytes(pass.width);
+      std::vector<uint8_t> previous(n, 0), row(n);
+      for (size_t y = 0; y < pass.height; ++y, in += n + 1) {
+        unfilter(in[0], in + 1, previous.data(), row.data(), n, step);
+        uint8_t* out = image.pixels.data() + (pass.y0 + y * pass.dy) * width * image.channels;
+        for (size_t x = 0; x < pass.width; ++x) {
+          // The high byte of 16-bit samples; sub-byte gray scaled to 0..255.
+          const auto sample = [&](int s) -> unsigned {
+            if (depth >= 8) return row[(x * samples + s) * (depth / 8)];
+            const size_t bit = x * depth;
+            return (row[bit / 8] >> (8 - depth - bit % 8)) & max_value;
+          };
+          const size_t at = pass.x0 + x * pass.dx;
+          if (color == 3) {
+            const unsigned index = sample(0);
+            if (3 * index + 2 >= palette.size()) fail("a PNG pixel indexes past the palette");
+            std::memcpy(out + 3 * at, palette.data() + 3 * index, 3);
+          } else if (gray) {
+            out[at] = static_cast<uint8_t>(sample(0) * 255 / max_value);
+          } else {
+            for (int c = 0; c < 3; ++c) out[3 * at + c] = static_cast<uint8_t>(sample(c));
+          }
         }
+        std::swap(previous, row);
       }
-      std::swap(previous, row);
     }
     return image;
   }

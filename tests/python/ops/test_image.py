@@ -82,3 +82,75 @@ def test_refused_formats_and_corrupt_streams():
         decode(png[: len(png) // 2])
     with pytest.raises((ValueError, RuntimeError), match="not an image format"):
         decode(np.frombuffer(b"hello world", np.uint8))
+
+
+ADAM7 = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)]
+
+
+def filtered_rows(pixels, filters):
+    """The rows of an 8-bit RGB image, each filtered with the next filter type in turn."""
+    height, width, _ = pixels.shape
+    raw = bytearray()
+    previous = np.zeros(width * 3, np.int32)
+    for y in range(height):
+        row = pixels[y].reshape(-1).astype(np.int32)
+        kind = filters[y % len(filters)]
+        left = np.concatenate([np.zeros(3, np.int32), row[:-3]])
+        up_left = np.concatenate([np.zeros(3, np.int32), previous[:-3]])
+        if kind == 0:
+            predictor = np.zeros_like(row)
+        elif kind == 1:
+            predictor = left
+        elif kind == 2:
+            predictor = previous
+        elif kind == 3:
+            predictor = (left + previous) // 2
+        else:
+            p = left + previous - up_left
+            pa, pb, pc = np.abs(p - left), np.abs(p - previous), np.abs(p - up_left)
+            predictor = np.where((pa <= pb) & (pa <= pc), left, np.where(pb <= pc, previous, up_left))
+        raw += bytes([kind]) + ((row - predictor) % 256).astype(np.uint8).tobytes()
+        previous = row
+    return bytes(raw)
+
+
+def png_bytes(pixels, compressor, chunk=None, filters=(0, 1, 2, 3, 4), interlace=False):
+    """An 8-bit RGB PNG of `pixels` written here (Pillow writes no interlaced PNGs): rows
+    filtered in turn with each filter type, Adam7 passes when `interlace`, the zlib stream
+    from `compressor` split into IDAT chunks of `chunk` bytes."""
+    import struct
+    import zlib
+
+    height, width, _ = pixels.shape
+    passes = [pixels[y0::dy, x0::dx] for x0, y0, dx, dy in ADAM7] if interlace else [pixels]
+    raw = b"".join(filtered_rows(p, filters) for p in passes if p.size)
+    stream = compressor.compress(raw) + compressor.flush()
+
+    def chunk_of(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    idat = [stream[i:i + chunk] for i in range(0, len(stream), chunk)] if chunk else [stream]
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, int(interlace))
+    data = b"\x89PNG\r\n\x1a\n" + chunk_of(b"IHDR", header)
+    data += b"".join(chunk_of(b"IDAT", part) for part in idat) + chunk_of(b"IEND", b"")
+    return np.frombuffer(data, np.uint8)
+
+
+@pytest.mark.parametrize("strategy", ["Z_DEFAULT_STRATEGY", "Z_FIXED", "Z_HUFFMAN_ONLY", "Z_RLE", "Z_FILTERED"])
+@pytest.mark.parametrize("level", [0, 1, 9])
+def test_inflate_every_block_kind(strategy, level):
+    # Stored blocks (level 0), fixed and dynamic Huffman codes, long matches (RLE on a
+    # repetitive image), IDAT split into chunks of 7 bytes.
+    import zlib
+
+    image = np.concatenate([RGB, np.repeat(RGB[:1], 40, axis=0)], axis=0)
+    compressor = zlib.compressobj(level, zlib.DEFLATED, 15, 9, getattr(zlib, strategy))
+    np.testing.assert_array_equal(decode(png_bytes(image, compressor, chunk=7)), image)
+
+
+@pytest.mark.parametrize("size", [(1, 1), (5, 3), (3, 5), (13, 21), (16, 16)])
+def test_png_interlaced(size):
+    import zlib
+
+    image = RGB[: size[0], : size[1]]
+    np.testing.assert_array_equal(decode(png_bytes(image, zlib.compressobj(6), interlace=True)), image)
