@@ -45,6 +45,7 @@ void stft(ShapeContext& c) {
   if (!frame_length && c.has_input(2) && c.shape(2) && c.shape(2)->size() == 1) frame_length = (*c.shape(2))[0].value;
   const auto step = constant_int(c, 1);
   const auto length = (*x)[1].value;
+  if (!c.has_input(2) && !c.has_input(3)) frame_length = length;  // one frame of the whole signal
   Dim frames, bins;
   if (frame_length && step && length && *step > 0 && *length >= *frame_length) {
     frames = known(1 + (*length - *frame_length) / *step);

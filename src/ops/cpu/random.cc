@@ -161,7 +161,10 @@ const KernelRegistration kBernoulli{
 // Multinomial (input [batch, classes] of unnormalized log-probabilities) =>
 // [batch, sample_size] class indices of `dtype` (int32 or int64, default int32).
 template <typename P, typename I>
-void sample_classes(const P* logits, I* out, int64_t batch, int64_t classes, int64_t samples, uint64_t stream) {
+void sample_classes(const KernelContext& ctx, const P* logits, I* out, int64_t batch, int64_t classes, int64_t samples,
+                    uint64_t stream) {
+  // An error cannot leave an OpenMP region: the workers note a bad row, the caller fails.
+  std::atomic<int64_t> bad_row{-1};
   parallel_for(batch, 1, [&](int64_t begin, int64_t end) {
     std::vector<double> cumulative(static_cast<size_t>(classes));
     for (int64_t b = begin; b < end; ++b) {
@@ -173,6 +176,10 @@ void sample_classes(const P* logits, I* out, int64_t batch, int64_t classes, int
         total += std::exp(static_cast<double>(compute_type_t<P>(row[c])) - top);
         cumulative[static_cast<size_t>(c)] = total;
       }
+      if (!std::isfinite(total)) {
+        bad_row.store(b);
+        continue;
+      }
       for (int64_t s = 0; s < samples; ++s) {
         const double u = uniform01(stream, static_cast<uint64_t>(b * samples + s)) * total;
         const auto at = std::upper_bound(cumulative.begin(), cumulative.end(), u) - cumulative.begin();
@@ -180,6 +187,9 @@ void sample_classes(const P* logits, I* out, int64_t batch, int64_t classes, int
       }
     }
   });
+  if (const int64_t b = bad_row.load(); b >= 0) {
+    ctx.fail("row " + std::to_string(b) + " of the input has no finite log-probabilities to sample from");
+  }
 }
 
 const KernelRegistration kMultinomial{
@@ -199,7 +209,7 @@ const KernelRegistration kMultinomial{
         const uint64_t stream = source->next_stream();
         dispatch<ONNXTRAIN_FLOAT_TYPES>(x.dtype(), "Multinomial", [&]<typename P>() {
           dispatch<int32_t, int64_t>(dtype, "Multinomial output", [&]<typename I>() {
-            sample_classes<P, I>(x.data<P>(), y.data<I>(), x.dim(0), x.dim(1), samples, stream);
+            sample_classes<P, I>(ctx, x.data<P>(), y.data<I>(), x.dim(0), x.dim(1), samples, stream);
           });
         });
       });

@@ -329,8 +329,9 @@ const KernelRegistration kStft{
                      std::to_string(frame_length) + ": they must be equal");
           }
         }
-        if (!window && !ctx.has_input(3)) ctx.fail("needs a window or a frame_length to know the frame length");
         const int64_t length = x.dim(1);
+        // Neither window nor frame_length: one frame of the whole signal, as onnx.reference.
+        if (!window && !ctx.has_input(3)) frame_length = length;
         if (frame_length < 1 || frame_length > length) {
           ctx.fail("frame length " + std::to_string(frame_length) +
                    " must be in [1, signal_length = " + std::to_string(length) + "]");

@@ -103,3 +103,9 @@ def test_rejects_integer_dtype_and_bad_rank():
     x = np.zeros((2, 2, 2), np.float32)
     with pytest.raises((ValueError, RuntimeError), match=r"must be \[batch_size, class_size\]"):
         run(make_model("Multinomial", {"x": x}, {}, opset=22), {"x": x})
+
+
+def test_multinomial_rejects_a_row_without_finite_probabilities():
+    logits = np.array([[0.0, 1.0], [-np.inf, -np.inf]], np.float32)
+    with pytest.raises((ValueError, RuntimeError), match=r"row 1 of the input has no finite log-probabilities"):
+        run(make_model("Multinomial", {"x": logits}, {}, opset=22), {"x": logits})

@@ -113,3 +113,10 @@ def test_mel_weight_matrix(bins, n, rate, lo, hi):
     inputs = {"bins": np.array(bins, np.int64), "n": np.array(n, np.int64), "rate": np.array(rate, np.int64),
               "lo": np.array(lo, np.float32), "hi": np.array(hi, np.float32)}
     check_op("MelWeightMatrix", inputs, {}, reference="onnx.reference")
+
+
+def test_stft_without_window_or_frame_length_takes_one_frame_of_the_signal():
+    x = rng.standard_normal((2, 24, 2))
+    inputs = {"x": x, "step": np.array(5, np.int64)}
+    (got,) = check_op("STFT", inputs, {"onesided": 0}, reference="onnx.reference", **F64)
+    assert got.shape == (2, 1, 24, 2)
