@@ -48,11 +48,19 @@ void label_encoder(ShapeContext& c) {
   c.set(0, dtype, *x);
 }
 
+// TreeEnsembleRegressor: float [N, n_targets].
+void tree_ensemble_regressor(ShapeContext& c) {
+  const SymbolicShape* x = c.shape(0);
+  c.set(0, DType::kFloat32,
+        SymbolicShape{x && x->size() == 2 ? (*x)[0] : Dim{}, known(c.int_attribute("n_targets").value_or(1))});
+}
+
 const ShapeRuleRegistration kTfIdfShapes{{{"TfIdfVectorizer", tfidf_vectorizer}}};
 const ShapeRuleRegistration kMlShapes{{
                                           {"Binarizer", same_as_input},
                                           {"ArrayFeatureExtractor", array_feature_extractor},
                                           {"TreeEnsemble", tree_ensemble},
+                                          {"TreeEnsembleRegressor", tree_ensemble_regressor},
                                           {"LabelEncoder", label_encoder},
                                       },
                                       "ai.onnx.ml"};

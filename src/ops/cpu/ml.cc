@@ -1,5 +1,6 @@
 // Classical machine-learning ops on tensors: TfIdfVectorizer (default domain) and, of
-// ai.onnx.ml, Binarizer, ArrayFeatureExtractor, TreeEnsemble and LabelEncoder. Strings are not a tensor
+// ai.onnx.ml, Binarizer, ArrayFeatureExtractor, TreeEnsemble, TreeEnsembleRegressor and
+// LabelEncoder. Strings are not a tensor
 // type onnxtrain supports, so the string forms of these ops are refused.
 #include <algorithm>
 #include <cmath>
@@ -7,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -216,12 +218,36 @@ struct Tree {
   };
   std::vector<Interior> nodes;
   std::vector<int64_t> roots;  // a node index, or ~leaf index
+  // Leaf l adds (leaf_targets[i], leaf_weights[i]) for i in [leaf_begin[l], leaf_begin[l + 1]).
+  std::vector<size_t> leaf_begin = {0};
   std::vector<int64_t> leaf_targets;
   std::vector<double> leaf_weights;
+  std::vector<double> base_values;  // added after the aggregation; empty: zeros
   int64_t targets = 1;
   int64_t aggregate = 1;       // 0 average, 1 sum, 2 min, 3 max
   int64_t post_transform = 0;  // 0 none, 1 softmax, 2 logistic, 3 softmax_zero
+  size_t leaves() const { return leaf_begin.size() - 1; }
 };
+
+// Checks what every ensemble needs: known aggregation and post_transform, targets in range.
+void check_ensemble(const KernelInfo& info, const Tree& t) {
+  if (t.leaf_weights.size() != t.leaf_targets.size()) info.fail("the leaf weights and target ids differ in length");
+  if (t.targets < 1) info.fail("n_targets is " + std::to_string(t.targets) + ", expected 1 or more");
+  if (t.aggregate < 0 || t.aggregate > 3) {
+    info.fail("aggregate_function " + std::to_string(t.aggregate) + " is unknown");
+  }
+  if (t.post_transform < 0 || t.post_transform > 3) {
+    info.fail("post_transform " + std::to_string(t.post_transform) + " is not supported (NONE, SOFTMAX, LOGISTIC, " +
+              "SOFTMAX_ZERO are)");
+  }
+  for (int64_t target : t.leaf_targets) {
+    if (target < 0 || target >= t.targets) info.fail("leaf target " + std::to_string(target) + " >= n_targets");
+  }
+  if (!t.base_values.empty() && static_cast<int64_t>(t.base_values.size()) != t.targets) {
+    info.fail("base_values has " + std::to_string(t.base_values.size()) + " values, expected n_targets (" +
+              std::to_string(t.targets) + ")");
+  }
+}
 
 bool goes_true(const Tree::Interior& n, double v) {
   if (std::isnan(v) && n.missing_true) return true;
@@ -257,6 +283,7 @@ Tree tree_from(const KernelInfo& info) {
   const std::vector<double> members = doubles_of(info, "membership_values");
   t.leaf_targets = info.ints_attribute("leaf_targetids");
   t.leaf_weights = doubles_of(info, "leaf_weights");
+  for (size_t l = 1; l <= t.leaf_targets.size(); ++l) t.leaf_begin.push_back(l);  // one target each
   t.targets = info.int_attribute("n_targets");
   t.aggregate = info.int_attribute("aggregate_function", 1);
   t.post_transform = info.int_attribute("post_transform", 0);
@@ -267,16 +294,7 @@ Tree tree_from(const KernelInfo& info) {
     info.fail("the nodes_* attributes must all have one entry per node (" + std::to_string(count) +
               ", from nodes_featureids); nodes_modes a uint8 tensor");
   }
-  if (t.leaf_weights.size() != t.leaf_targets.size()) info.fail("leaf_weights and leaf_targetids differ in length");
-  if (t.aggregate < 0 || t.aggregate > 3)
-    info.fail("aggregate_function " + std::to_string(t.aggregate) + " is unknown");
-  if (t.post_transform < 0 || t.post_transform > 3) {
-    info.fail("post_transform " + std::to_string(t.post_transform) + " is not supported (NONE, SOFTMAX, LOGISTIC, " +
-              "SOFTMAX_ZERO are)");
-  }
-  for (int64_t target : t.leaf_targets) {
-    if (target < 0 || target >= t.targets) info.fail("leaf target " + std::to_string(target) + " >= n_targets");
-  }
+  check_ensemble(info, t);
   size_t member_at = 0;
   const auto child = [&](int64_t id, bool leaf) {
     const auto limit = static_cast<int64_t>(leaf ? t.leaf_targets.size() : count);
@@ -334,40 +352,167 @@ void post_transform(std::vector<double>& v, int64_t kind) {
   }
 }
 
+// Runs every row of X [N, F] through the ensemble into an output [N, n_targets] of `dtype`.
+void evaluate(const Tree& t, KernelContext& ctx, DType dtype) {
+  const Tensor& x = ctx.input(0);
+  if (x.rank() != 2) ctx.fail("X must be [N, F], got " + shape_string(x.shape()));
+  const int64_t rows = x.dim(0), features = x.dim(1);
+  Tensor& y = ctx.allocate_output(0, dtype, {rows, t.targets});
+  std::vector<double> row(static_cast<size_t>(features)), sums(static_cast<size_t>(t.targets));
+  dispatch<float, double, Float16, int32_t, int64_t>(x.dtype(), ctx.node().op_type, [&]<typename X>() {
+    dispatch<float, double, Float16>(dtype, ctx.node().op_type, [&]<typename T>() {
+      const X* in = x.data<X>();
+      T* out = y.data<T>();
+      // A target no leaf reached keeps the output type's extreme under min and max.
+      const double extreme = static_cast<double>(std::numeric_limits<compute_type_t<T>>::max());
+      const double init = t.aggregate == 2 ? extreme : t.aggregate == 3 ? -extreme : 0.0;
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t f = 0; f < features; ++f) {
+          row[static_cast<size_t>(f)] = static_cast<double>(static_cast<compute_type_t<X>>(in[r * features + f]));
+        }
+        std::fill(sums.begin(), sums.end(), init);
+        for (int64_t root : t.roots) {
+          const size_t leaf = static_cast<size_t>(leaf_of(t, root, row.data(), features, ctx));
+          for (size_t i = t.leaf_begin[leaf]; i < t.leaf_begin[leaf + 1]; ++i) {
+            double& s = sums[static_cast<size_t>(t.leaf_targets[i])];
+            const double w = t.leaf_weights[i];
+            s = t.aggregate == 2 ? std::min(s, w) : t.aggregate == 3 ? std::max(s, w) : s + w;
+          }
+        }
+        for (size_t k = 0; k < sums.size(); ++k) {
+          if (t.aggregate == 0 && !t.roots.empty()) sums[k] /= static_cast<double>(t.roots.size());
+          if (!t.base_values.empty()) sums[k] += t.base_values[k];
+        }
+        post_transform(sums, t.post_transform);
+        for (int64_t k = 0; k < t.targets; ++k) {
+          out[r * t.targets + k] = static_cast<T>(static_cast<compute_type_t<T>>(sums[static_cast<size_t>(k)]));
+        }
+      }
+    });
+  });
+}
+
 const KernelRegistration kTreeEnsemble{
     kMl, "TreeEnsemble", 5, kLatestOpset, [](const KernelInfo& info) {
       const Tree t = tree_from(info);
       return make_kernel([t](KernelContext& ctx) {
-        const Tensor& x = ctx.input(0);
-        if (x.rank() != 2) ctx.fail("X must be [N, F], got " + shape_string(x.shape()));
-        const int64_t rows = x.dim(0), features = x.dim(1);
-        Tensor& y = ctx.allocate_output(0, x.dtype(), {rows, t.targets});
-        dispatch<float, double, Float16>(x.dtype(), "TreeEnsemble", [&]<typename T>() {
-          const T* in = x.data<T>();
-          T* out = y.data<T>();
-          std::vector<double> row(static_cast<size_t>(features)), sums(static_cast<size_t>(t.targets));
-          for (int64_t r = 0; r < rows; ++r) {
-            for (int64_t f = 0; f < features; ++f)
-              row[f] = static_cast<double>(static_cast<compute_type_t<T>>(in[r * features + f]));
-            // A target no leaf reached keeps the type's extreme under min and max.
-            const double extreme = static_cast<double>(std::numeric_limits<compute_type_t<T>>::max());
-            const double init = t.aggregate == 2 ? extreme : t.aggregate == 3 ? -extreme : 0.0;
-            std::fill(sums.begin(), sums.end(), init);
-            for (int64_t root : t.roots) {
-              const size_t leaf = static_cast<size_t>(leaf_of(t, root, row.data(), features, ctx));
-              double& s = sums[static_cast<size_t>(t.leaf_targets[leaf])];
-              const double w = t.leaf_weights[leaf];
-              s = t.aggregate == 2 ? std::min(s, w) : t.aggregate == 3 ? std::max(s, w) : s + w;
-            }
-            if (t.aggregate == 0 && !t.roots.empty()) {
-              for (double& s : sums) s /= static_cast<double>(t.roots.size());
-            }
-            post_transform(sums, t.post_transform);
-            for (int64_t k = 0; k < t.targets; ++k)
-              out[r * t.targets + k] = static_cast<T>(static_cast<compute_type_t<T>>(sums[k]));
-          }
-        });
+        const DType dtype = ctx.input(0).dtype();
+        if (!is_floating(dtype)) {
+          ctx.fail("X must be float, double or float16, got " + std::string(dtype_name(dtype)));
+        }
+        evaluate(t, ctx, dtype);
       });
+    }};
+
+// TreeEnsembleRegressor (ai.onnx.ml opsets 1-5) (X [N, F]) => float [N, n_targets]: the
+// same ensembles in the older encoding. Nodes are (tree id, node id) pairs with a mode
+// string (BRANCH_LEQ, BRANCH_LT, BRANCH_GTE, BRANCH_GT, BRANCH_EQ, BRANCH_NEQ or LEAF); a
+// tree's root is its first node; a leaf adds every target_* entry of its (tree, node).
+
+// A float list attribute, or its *_as_tensor form (opset 3).
+std::vector<double> floats_or_tensor(const KernelInfo& info, const std::string& name) {
+  if (info.has_attribute(name + "_as_tensor")) return doubles_of(info, name + "_as_tensor");
+  const std::vector<float> f = info.floats_attribute(name, std::vector<float>{});
+  return {f.begin(), f.end()};
+}
+
+Tree regressor_from(const KernelInfo& info) {
+  Tree t;
+  const std::vector<int64_t> tree_ids = info.ints_attribute("nodes_treeids");
+  const std::vector<int64_t> node_ids = info.ints_attribute("nodes_nodeids");
+  const std::vector<int64_t> features = info.ints_attribute("nodes_featureids");
+  const std::vector<std::string> modes =
+      info.node().attribute("nodes_modes") ? info.node().attribute("nodes_modes")->strings : std::vector<std::string>{};
+  const std::vector<double> values = floats_or_tensor(info, "nodes_values");
+  const std::vector<int64_t> true_ids = info.ints_attribute("nodes_truenodeids");
+  const std::vector<int64_t> false_ids = info.ints_attribute("nodes_falsenodeids");
+  const std::vector<int64_t> missing = info.ints_attribute("nodes_missing_value_tracks_true", std::vector<int64_t>{});
+  const size_t count = tree_ids.size();
+  if (node_ids.size() != count || features.size() != count || modes.size() != count || values.size() != count ||
+      true_ids.size() != count || false_ids.size() != count || (!missing.empty() && missing.size() != count)) {
+    info.fail("the nodes_* attributes must all have one entry per node (" + std::to_string(count) +
+              ", from nodes_treeids)");
+  }
+  // Every (tree, node) becomes an interior node index or ~leaf index.
+  std::map<std::pair<int64_t, int64_t>, int64_t> index;
+  int64_t interior = 0, leaves = 0;
+  std::set<int64_t> seen_trees;
+  for (size_t i = 0; i < count; ++i) {
+    const bool leaf = modes[i] == "LEAF";
+    if (!index.emplace(std::pair{tree_ids[i], node_ids[i]}, leaf ? ~leaves : interior).second) {
+      info.fail("node " + std::to_string(node_ids[i]) + " of tree " + std::to_string(tree_ids[i]) + " appears twice");
+    }
+    (leaf ? leaves : interior)++;
+    if (seen_trees.insert(tree_ids[i]).second) t.roots.push_back(index.at({tree_ids[i], node_ids[i]}));
+  }
+  static const std::map<std::string, SplitMode> kModes = {
+      {"BRANCH_LEQ", SplitMode::kLeq}, {"BRANCH_LT", SplitMode::kLt}, {"BRANCH_GTE", SplitMode::kGte},
+      {"BRANCH_GT", SplitMode::kGt},   {"BRANCH_EQ", SplitMode::kEq}, {"BRANCH_NEQ", SplitMode::kNeq}};
+  const auto child = [&](int64_t tree, int64_t node) {
+    const auto hit = index.find({tree, node});
+    if (hit == index.end()) {
+      info.fail("a branch of tree " + std::to_string(tree) + " leads to node " + std::to_string(node) +
+                ", which does not exist");
+    }
+    return hit->second;
+  };
+  t.nodes.resize(static_cast<size_t>(interior));
+  for (size_t i = 0; i < count; ++i) {
+    if (modes[i] == "LEAF") continue;
+    const auto mode = kModes.find(modes[i]);
+    if (mode == kModes.end()) info.fail("nodes_modes holds '" + modes[i] + "', expected BRANCH_* or LEAF");
+    Tree::Interior& n = t.nodes[static_cast<size_t>(index.at({tree_ids[i], node_ids[i]}))];
+    n.feature = features[i];
+    if (n.feature < 0) info.fail("nodes_featureids holds a negative feature");
+    n.mode = mode->second;
+    n.split = values[i];
+    n.missing_true = !missing.empty() && missing[i] != 0;
+    n.next[1] = child(tree_ids[i], true_ids[i]);
+    n.next[0] = child(tree_ids[i], false_ids[i]);
+  }
+  const std::vector<int64_t> target_trees = info.ints_attribute("target_treeids");
+  const std::vector<int64_t> target_nodes = info.ints_attribute("target_nodeids");
+  const std::vector<int64_t> target_ids = info.ints_attribute("target_ids");
+  const std::vector<double> weights = floats_or_tensor(info, "target_weights");
+  if (target_nodes.size() != target_trees.size() || target_ids.size() != target_trees.size() ||
+      weights.size() != target_trees.size()) {
+    info.fail("target_treeids, target_nodeids, target_ids and target_weights differ in length");
+  }
+  // Group the target entries by leaf.
+  std::vector<std::vector<size_t>> by_leaf(static_cast<size_t>(leaves));
+  for (size_t i = 0; i < target_trees.size(); ++i) {
+    const int64_t at = child(target_trees[i], target_nodes[i]);
+    if (at >= 0) info.fail("a target entry names node " + std::to_string(target_nodes[i]) + ", which is not a leaf");
+    by_leaf[static_cast<size_t>(~at)].push_back(i);
+  }
+  for (const std::vector<size_t>& entries : by_leaf) {
+    for (size_t i : entries) {
+      t.leaf_targets.push_back(target_ids[i]);
+      t.leaf_weights.push_back(weights[i]);
+    }
+    t.leaf_begin.push_back(t.leaf_targets.size());
+  }
+  t.targets = info.int_attribute("n_targets", 1);
+  t.base_values = floats_or_tensor(info, "base_values");
+  static const std::map<std::string, int64_t> kAggregates = {{"AVERAGE", 0}, {"SUM", 1}, {"MIN", 2}, {"MAX", 3}};
+  static const std::map<std::string, int64_t> kTransforms = {
+      {"NONE", 0}, {"SOFTMAX", 1}, {"LOGISTIC", 2}, {"SOFTMAX_ZERO", 3}};
+  const std::string aggregate = info.string_attribute("aggregate_function", "SUM");
+  const std::string transform = info.string_attribute("post_transform", "NONE");
+  t.aggregate = kAggregates.contains(aggregate) ? kAggregates.at(aggregate) : -1;
+  t.post_transform = kTransforms.contains(transform) ? kTransforms.at(transform) : -1;
+  if (t.aggregate < 0) info.fail("aggregate_function is '" + aggregate + "', expected SUM, AVERAGE, MIN or MAX");
+  if (t.post_transform < 0) {
+    info.fail("post_transform is '" + transform + "', expected NONE, SOFTMAX, LOGISTIC or SOFTMAX_ZERO");
+  }
+  check_ensemble(info, t);
+  return t;
+}
+
+const KernelRegistration kTreeEnsembleRegressor{
+    kMl, "TreeEnsembleRegressor", 1, kLatestOpset, [](const KernelInfo& info) {
+      const Tree t = regressor_from(info);
+      return make_kernel([t](KernelContext& ctx) { evaluate(t, ctx, DType::kFloat32); });
     }};
 
 // ---------------------------------------------------------------------------------------

@@ -117,3 +117,60 @@ def test_label_encoder_rejects_strings_and_mismatched_input():
     with pytest.raises((ValueError, RuntimeError), match="expected the keys' type int64"):
         check_ml("LabelEncoder", {"x": np.array([1.0], np.float32)},
                  {"keys_int64s": [1], "values_int64s": [1]}, references=(), ml_opset=2)
+
+
+def random_regressor(rng, n_trees, n_features, n_targets, depth=3):
+    """TreeEnsembleRegressor attributes of random trees: node ids shuffled within each tree,
+    every leaf with a weight for each target."""
+    att = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes", "nodes_values",
+                           "nodes_truenodeids", "nodes_falsenodeids", "nodes_missing_value_tracks_true",
+                           "target_treeids", "target_nodeids", "target_ids", "target_weights")}
+    modes = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"]
+    for tree in range(n_trees):
+        ids = list(rng.permutation(2 ** (depth + 1) - 1))  # node k of a full tree gets ids[k]
+        for k in range(2 ** (depth + 1) - 1):
+            leaf = k >= 2 ** depth - 1
+            att["nodes_treeids"].append(tree)
+            att["nodes_nodeids"].append(int(ids[k]))
+            att["nodes_featureids"].append(0 if leaf else int(rng.integers(0, n_features)))
+            att["nodes_modes"].append("LEAF" if leaf else modes[int(rng.integers(0, 4 if k % 3 else 6))])
+            att["nodes_values"].append(0.0 if leaf else float(np.round(rng.standard_normal(), 1)))
+            att["nodes_truenodeids"].append(0 if leaf else int(ids[2 * k + 1]))
+            att["nodes_falsenodeids"].append(0 if leaf else int(ids[2 * k + 2]))
+            att["nodes_missing_value_tracks_true"].append(int(rng.integers(0, 2)))
+            if leaf:
+                for target in range(n_targets):
+                    att["target_treeids"].append(tree)
+                    att["target_nodeids"].append(int(ids[k]))
+                    att["target_ids"].append(target)
+                    att["target_weights"].append(float(rng.standard_normal()))
+    return att
+
+
+@pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE", "MIN", "MAX"])
+@pytest.mark.parametrize("n_targets", [1, 3])
+def test_tree_ensemble_regressor(aggregate, n_targets):
+    att = random_regressor(rng, n_trees=5, n_features=4, n_targets=n_targets)
+    att.update(n_targets=n_targets, aggregate_function=aggregate, base_values=list(np.linspace(-1, 1, n_targets)))
+    x = np.round(rng.standard_normal((50, 4)), 1).astype(np.float32)
+    # onnx.reference 1.19 sends a NaN down the false branch of BRANCH_NEQ unless missing
+    # values track true; onnxruntime and onnxtrain compare (NaN != v holds): NaN rows are
+    # checked against onnxruntime only.
+    check_ml("TreeEnsembleRegressor", {"x": x}, att, references=("onnxruntime", "onnx.reference"), ml_opset=3)
+    x[::7, 1] = np.nan
+    check_ml("TreeEnsembleRegressor", {"x": x}, att, references=("onnxruntime",), ml_opset=3)
+
+
+@pytest.mark.parametrize("transform", ["LOGISTIC", "SOFTMAX"])
+def test_tree_ensemble_regressor_post_transform(transform):
+    att = random_regressor(rng, n_trees=3, n_features=3, n_targets=2)
+    att.update(n_targets=2, post_transform=transform)
+    check_ml("TreeEnsembleRegressor", {"x": rng.standard_normal((20, 3)).astype(np.float32)}, att,
+             references=("onnxruntime",), ml_opset=3)
+
+
+def test_tree_ensemble_regressor_rejects_dangling_branch():
+    att = random_regressor(rng, n_trees=1, n_features=2, n_targets=1, depth=1)
+    att["nodes_truenodeids"][0] = 99
+    with pytest.raises((ValueError, RuntimeError), match="leads to node 99, which does not exist"):
+        check_ml("TreeEnsembleRegressor", {"x": np.zeros((1, 2), np.float32)}, att, references=(), ml_opset=3)
