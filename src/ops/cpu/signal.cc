@@ -100,9 +100,8 @@ class FftPlan {
     }
   }
 
-  int64_t size() const { return n_; }
   // Complex values the caller provides to transform(): n, or the convolution's length.
-  int64_t scratch_size() const { return radix2_ || roots_.size() ? n_ : 2 * m_; }
+  int64_t scratch_size() const { return radix2_ || !roots_.empty() ? n_ : m_; }
 
   // Transforms a[0, n) in place; `scratch` holds scratch_size() values.
   void transform(Complex* a, Complex* scratch) const {
