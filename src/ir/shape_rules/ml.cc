@@ -55,12 +55,22 @@ void tree_ensemble_regressor(ShapeContext& c) {
         SymbolicShape{x && x->size() == 2 ? (*x)[0] : Dim{}, known(c.int_attribute("n_targets").value_or(1))});
 }
 
+// TreeEnsembleClassifier: int64 labels [N] and float scores [N, classes].
+void tree_ensemble_classifier(ShapeContext& c) {
+  const SymbolicShape* x = c.shape(0);
+  const Dim rows = x && x->size() == 2 ? (*x)[0] : Dim{};
+  const auto labels = c.ints_attribute("classlabels_int64s");
+  c.set(0, DType::kInt64, SymbolicShape{rows});
+  c.set(1, DType::kFloat32, SymbolicShape{rows, labels ? known(static_cast<int64_t>(labels->size())) : Dim{}});
+}
+
 const ShapeRuleRegistration kTfIdfShapes{{{"TfIdfVectorizer", tfidf_vectorizer}}};
 const ShapeRuleRegistration kMlShapes{{
                                           {"Binarizer", same_as_input},
                                           {"ArrayFeatureExtractor", array_feature_extractor},
                                           {"TreeEnsemble", tree_ensemble},
                                           {"TreeEnsembleRegressor", tree_ensemble_regressor},
+                                          {"TreeEnsembleClassifier", tree_ensemble_classifier},
                                           {"LabelEncoder", label_encoder},
                                       },
                                       "ai.onnx.ml"};

@@ -243,7 +243,9 @@ void check_ensemble(const KernelInfo& info, const Tree& t) {
   for (int64_t target : t.leaf_targets) {
     if (target < 0 || target >= t.targets) info.fail("leaf target " + std::to_string(target) + " >= n_targets");
   }
-  if (!t.base_values.empty() && static_cast<int64_t>(t.base_values.size()) != t.targets) {
+  // Two classes may have one base value (onnxruntime's binary rules).
+  const bool binary_base = t.targets == 2 && t.base_values.size() == 1;
+  if (!t.base_values.empty() && static_cast<int64_t>(t.base_values.size()) != t.targets && !binary_base) {
     info.fail("base_values has " + std::to_string(t.base_values.size()) + " values, expected n_targets (" +
               std::to_string(t.targets) + ")");
   }
@@ -416,7 +418,9 @@ std::vector<double> floats_or_tensor(const KernelInfo& info, const std::string& 
   return {f.begin(), f.end()};
 }
 
-Tree regressor_from(const KernelInfo& info) {
+// `leaf` names the leaf attributes: "target" (regressor) or "class" (classifier), whose
+// n_targets is the count of class labels.
+Tree ensemble_from(const KernelInfo& info, const std::string& leaf) {
   Tree t;
   const std::vector<int64_t> tree_ids = info.ints_attribute("nodes_treeids");
   const std::vector<int64_t> node_ids = info.ints_attribute("nodes_nodeids");
@@ -470,19 +474,19 @@ Tree regressor_from(const KernelInfo& info) {
     n.next[1] = child(tree_ids[i], true_ids[i]);
     n.next[0] = child(tree_ids[i], false_ids[i]);
   }
-  const std::vector<int64_t> target_trees = info.ints_attribute("target_treeids");
-  const std::vector<int64_t> target_nodes = info.ints_attribute("target_nodeids");
-  const std::vector<int64_t> target_ids = info.ints_attribute("target_ids");
-  const std::vector<double> weights = floats_or_tensor(info, "target_weights");
+  const std::vector<int64_t> target_trees = info.ints_attribute(leaf + "_treeids");
+  const std::vector<int64_t> target_nodes = info.ints_attribute(leaf + "_nodeids");
+  const std::vector<int64_t> target_ids = info.ints_attribute(leaf + "_ids");
+  const std::vector<double> weights = floats_or_tensor(info, leaf + "_weights");
   if (target_nodes.size() != target_trees.size() || target_ids.size() != target_trees.size() ||
       weights.size() != target_trees.size()) {
-    info.fail("target_treeids, target_nodeids, target_ids and target_weights differ in length");
+    info.fail(leaf + "_treeids, " + leaf + "_nodeids, " + leaf + "_ids and " + leaf + "_weights differ in length");
   }
   // Group the target entries by leaf.
   std::vector<std::vector<size_t>> by_leaf(static_cast<size_t>(leaves));
   for (size_t i = 0; i < target_trees.size(); ++i) {
     const int64_t at = child(target_trees[i], target_nodes[i]);
-    if (at >= 0) info.fail("a target entry names node " + std::to_string(target_nodes[i]) + ", which is not a leaf");
+    if (at >= 0) info.fail("a " + leaf + " entry names node " + std::to_string(target_nodes[i]) + ", not a leaf");
     by_leaf[static_cast<size_t>(~at)].push_back(i);
   }
   for (const std::vector<size_t>& entries : by_leaf) {
@@ -492,7 +496,12 @@ Tree regressor_from(const KernelInfo& info) {
     }
     t.leaf_begin.push_back(t.leaf_targets.size());
   }
-  t.targets = info.int_attribute("n_targets", 1);
+  if (leaf == "class") {
+    if (info.has_attribute("classlabels_strings")) info.fail("classlabels_strings: string tensors are not supported");
+    t.targets = static_cast<int64_t>(info.ints_attribute("classlabels_int64s").size());
+  } else {
+    t.targets = info.int_attribute("n_targets", 1);
+  }
   t.base_values = floats_or_tensor(info, "base_values");
   static const std::map<std::string, int64_t> kAggregates = {{"AVERAGE", 0}, {"SUM", 1}, {"MIN", 2}, {"MAX", 3}};
   static const std::map<std::string, int64_t> kTransforms = {
@@ -511,8 +520,121 @@ Tree regressor_from(const KernelInfo& info) {
 
 const KernelRegistration kTreeEnsembleRegressor{
     kMl, "TreeEnsembleRegressor", 1, kLatestOpset, [](const KernelInfo& info) {
-      const Tree t = regressor_from(info);
+      const Tree t = ensemble_from(info, "target");
       return make_kernel([t](KernelContext& ctx) { evaluate(t, ctx, DType::kFloat32); });
+    }};
+
+// TreeEnsembleClassifier (ai.onnx.ml opsets 1-5) (X [N, F]) => (Y int64 [N] labels, Z float
+// [N, classes] scores). The spec leaves two classes vague; this follows onnxruntime, which
+// the tests match on random ensembles. Class weights sum over the trees, base_values add;
+// with more than two classes Y is the label of the top score. With two: base values and the
+// positive score follow onnxruntime's rules (finalize_classes), a class without a score
+// shows 0, and when only one class has weights its score s alone decides (s > 0.5 when every
+// weight is positive, else s > 0) with Z [1 - s, s], or [-s, s] (logistic of both under
+// LOGISTIC). Only int64 labels (classlabels_int64s): strings are not a tensor type here.
+struct Classifier {
+  Tree tree;
+  std::vector<int64_t> labels;
+  bool binary = false;       // two labels, weights for one class only
+  bool all_positive = true;  // every class weight >= 0
+};
+
+// Z's row from the scores that exist (`has`), and Y's label.
+int64_t finalize_classes(const Classifier& c, std::vector<double>& scores, std::vector<char>& has, float* z) {
+  const size_t classes = c.labels.size();
+  const std::vector<double>& base = c.tree.base_values;
+  if (classes > 2) {
+    for (size_t k = 0; k < base.size(); ++k) {
+      scores[k] = has[k] ? scores[k] + base[k] : base[k];
+      has[k] = 1;
+    }
+    size_t top = classes;
+    for (size_t k = 0; k < classes; ++k) {
+      if (has[k] && (top == classes || scores[k] > scores[top])) top = k;
+    }
+    post_transform(scores, c.tree.post_transform);
+    for (size_t k = 0; k < classes; ++k) z[k] = static_cast<float>(scores[k]);
+    return c.labels[top == classes ? 0 : top];
+  }
+  size_t count = 2;
+  if (base.size() == 2) {
+    if (has[1]) {
+      scores[1] = base[1] + scores[0];
+      scores[0] = -scores[1];
+    } else {
+      scores[1] += base[1];
+      scores[0] += base[0];
+    }
+  } else {
+    if (base.size() == 1) scores[0] += base[0];
+    if (!has[1]) count = 1;
+  }
+  const double positive = count == 2 && has[1] ? scores[1] : (has[0] ? scores[0] : 0.0);
+  int kind = -1;  // how Z's second column comes from a single score
+  int64_t label = 0;
+  if (c.binary) {
+    const bool positive_wins = c.all_positive ? positive > 0.5 : positive > 0;
+    kind = (c.all_positive ? 0 : 2) + (positive_wins ? 0 : 1);
+    label = c.labels[positive_wins ? 1 : 0];
+  } else {
+    label = positive > 0 ? 1 : 0;
+  }
+  // onnxruntime writes 0 for a class no tree gave a score, whatever base_values say.
+  for (size_t k = 0; k < count; ++k) {
+    if (!has[k]) scores[k] = 0;
+  }
+  if (count == 2) {
+    std::vector<double> pair = {scores[0], scores[1]};
+    post_transform(pair, c.tree.post_transform);
+    z[0] = static_cast<float>(pair[0]), z[1] = static_cast<float>(pair[1]);
+  } else if (kind == 0 || kind == 1) {
+    z[0] = static_cast<float>(1.0 - scores[0]), z[1] = static_cast<float>(scores[0]);
+  } else if (c.tree.post_transform == 2) {
+    z[0] = static_cast<float>(1.0 / (1.0 + std::exp(scores[0]))),
+    z[1] = static_cast<float>(1.0 / (1.0 + std::exp(-scores[0])));
+  } else {
+    z[0] = static_cast<float>(-scores[0]), z[1] = static_cast<float>(scores[0]);
+  }
+  return label;
+}
+
+const KernelRegistration kTreeEnsembleClassifier{
+    kMl, "TreeEnsembleClassifier", 1, kLatestOpset, [](const KernelInfo& info) {
+      Classifier c;
+      c.tree = ensemble_from(info, "class");
+      c.labels = info.ints_attribute("classlabels_int64s");
+      if (c.labels.size() < 2) info.fail("classlabels_int64s needs 2 or more labels");
+      std::set<int64_t> weighted(c.tree.leaf_targets.begin(), c.tree.leaf_targets.end());
+      c.binary = c.labels.size() == 2 && weighted.size() == 1;
+      for (double w : c.tree.leaf_weights) c.all_positive = c.all_positive && w >= 0;
+      if (c.tree.aggregate != 1) info.fail("a classifier sums its trees: aggregate_function must be SUM");
+      return make_kernel([c](KernelContext& ctx) {
+        const Tensor& x = ctx.input(0);
+        if (x.rank() != 2) ctx.fail("X must be [N, F], got " + shape_string(x.shape()));
+        const int64_t rows = x.dim(0), features = x.dim(1), classes = static_cast<int64_t>(c.labels.size());
+        Tensor& y = ctx.allocate_output(0, DType::kInt64, {rows});
+        Tensor& z = ctx.allocate_output(1, DType::kFloat32, {rows, classes});
+        std::vector<double> row(static_cast<size_t>(features)), scores(static_cast<size_t>(classes));
+        std::vector<char> has(static_cast<size_t>(classes));
+        dispatch<float, double, int32_t, int64_t>(x.dtype(), "TreeEnsembleClassifier", [&]<typename X>() {
+          const X* in = x.data<X>();
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t f = 0; f < features; ++f)
+              row[static_cast<size_t>(f)] = static_cast<double>(in[r * features + f]);
+            std::fill(scores.begin(), scores.end(), 0.0);
+            std::fill(has.begin(), has.end(), 0);
+            for (int64_t root : c.tree.roots) {
+              const size_t leaf = static_cast<size_t>(leaf_of(c.tree, root, row.data(), features, ctx));
+              for (size_t i = c.tree.leaf_begin[leaf]; i < c.tree.leaf_begin[leaf + 1]; ++i) {
+                const auto k = static_cast<size_t>(c.tree.leaf_targets[i]);
+                scores[k] += c.tree.leaf_weights[i];
+                has[k] = 1;
+              }
+            }
+            y.data<int64_t>()[r] = finalize_classes(c, scores, has, z.data<float>() + r * classes);
+          }
+        });
+      });
     }};
 
 // ---------------------------------------------------------------------------------------

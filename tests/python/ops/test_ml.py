@@ -1,5 +1,8 @@
 """TfIdfVectorizer and the ai.onnx.ml tensor ops (Binarizer, ArrayFeatureExtractor,
-TreeEnsemble) against onnxruntime where it has them and onnx.reference."""
+TreeEnsemble, TreeEnsembleRegressor, TreeEnsembleClassifier, LabelEncoder) against
+onnxruntime where it has them and onnx.reference. The classifier's two-class rules are
+onnxruntime's (the spec leaves them open): random ensembles of every shape of weights,
+base values and post_transform must give its labels and scores."""
 
 import numpy as np
 import pytest
@@ -174,3 +177,60 @@ def test_tree_ensemble_regressor_rejects_dangling_branch():
     att["nodes_truenodeids"][0] = 99
     with pytest.raises((ValueError, RuntimeError), match="leads to node 99, which does not exist"):
         check_ml("TreeEnsembleRegressor", {"x": np.zeros((1, 2), np.float32)}, att, references=(), ml_opset=3)
+
+
+def random_classifier(rng, n_trees, n_features, weighted_classes, positive):
+    att = random_regressor(rng, n_trees, n_features, n_targets=len(weighted_classes))
+    renamed = {}
+    for key, value in att.items():
+        renamed[key.replace("target_", "class_")] = value
+    renamed["class_ids"] = [weighted_classes[i] for i in renamed["class_ids"]]
+    if positive:
+        renamed["class_weights"] = [abs(w) / n_trees for w in renamed["class_weights"]]
+    return renamed
+
+
+def classifier_model(att):
+    node = helper.make_node("TreeEnsembleClassifier", ["x"], ["label", "scores"], domain=ML, **att)
+    graph = helper.make_graph([node], "c", [helper.make_tensor_value_info("x", 1, [None, 4])],
+                              [helper.make_empty_tensor_value_info("label"), helper.make_empty_tensor_value_info("scores")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid(ML, 3)],
+                             ir_version=10)
+
+
+@pytest.mark.parametrize("labels,weighted,positive,base,transform", [
+    ([10, 20, 30], [0, 1, 2], True, None, "NONE"),
+    ([10, 20, 30], [0, 1, 2], False, [0.1, -0.2, 0.3], "SOFTMAX"),
+    ([10, 20, 30], [0, 2], False, None, "LOGISTIC"),
+    ([10, 20, 30], [0, 2], False, [0.1, 0.2, 0.3], "NONE"),
+    ([0, 1], [0, 1], True, None, "NONE"),
+    ([0, 1], [0, 1], False, [0.5, -0.5], "NONE"),
+    ([3, 7], [1], True, None, "NONE"),
+    ([3, 7], [1], False, [0.25], "LOGISTIC"),
+    ([3, 7], [1], False, None, "NONE"),
+    ([3, 7], [0], False, [0.1, 0.2], "NONE"),
+    ([0, 1], [1], True, [0.2, 0.7], "LOGISTIC"),
+    ([0, 1], [0, 1], False, [0.4, -0.3], "SOFTMAX_ZERO"),
+    ([4, 9, 2, 5], [0, 3], False, [0.1, 0.2, 0.3, 0.4], "SOFTMAX"),
+])
+def test_tree_ensemble_classifier_matches_onnxruntime(labels, weighted, positive, base, transform):
+    import onnxruntime as ort
+
+    att = random_classifier(rng, 4, 4, weighted, positive)
+    att.update(classlabels_int64s=labels, post_transform=transform)
+    if base is not None:
+        att["base_values"] = base
+    model = classifier_model(att)
+    x = np.round(rng.standard_normal((60, 4)), 1).astype(np.float32)
+    ours = run_onnxtrain(model, {"x": x})
+    theirs = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert ours[0].dtype == np.int64 and ours[1].dtype == np.float32
+    np.testing.assert_array_equal(ours[0], theirs[0])
+    np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-5, atol=1e-6)
+
+
+def test_tree_ensemble_classifier_refuses_string_labels():
+    att = random_classifier(rng, 1, 4, [0, 1], True)
+    att["classlabels_strings"] = ["a", "b"]
+    with pytest.raises((ValueError, RuntimeError), match="classlabels_strings: string tensors are not supported"):
+        run_onnxtrain(classifier_model(att), {"x": np.zeros((1, 4), np.float32)})
