@@ -17,12 +17,15 @@
 #include <cmath>
 #include <cstring>
 #include <dnnl.hpp>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "ops/cpu/multiversion.h"
+#include "ops/cpu/vector_math.h"
 #include "ops/kernel_registry.h"
 
 namespace onnxtrain {
@@ -413,6 +416,30 @@ inline int64_t time_of(bool reverse, int64_t step, int64_t len) {
   return reverse ? len - 1 - step : step;
 }
 
+// y[j] = act(clip(x[j])) for j < n. Sigmoid and Tanh, nearly every net's, run
+// vector_math's branch-free forms so that the loop vectorizes; the rest stay scalar.
+template <typename T>
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void activate(const Activation& act, const std::optional<double>& clip,
+                                                        const T* x, T* y, int64_t n) {
+  const T hi = clip ? static_cast<T>(*clip) : std::numeric_limits<T>::infinity();
+  const T lo = -hi;
+  switch (act.kind) {
+    case Activation::Kind::kSigmoid:
+      for (int64_t j = 0; j < n; ++j) y[j] = vector_math::sigmoid(std::min(std::max(x[j], lo), hi));
+      return;
+    case Activation::Kind::kTanh:
+      for (int64_t j = 0; j < n; ++j) y[j] = vector_math::tanh(std::min(std::max(x[j], lo), hi));
+      return;
+    default:
+      for (int64_t j = 0; j < n; ++j) y[j] = act.apply(std::min(std::max(x[j], lo), hi));
+  }
+}
+
+// Rows per parallel task: a task is worth starting for some 32K gate values.
+int64_t row_grain(int64_t gh) {
+  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, gh));
+}
+
 // The forward of one direction. y (time-major [seq, batch, H], zero-filled by the caller)
 // gets the outputs; h, c (in: the initial state) end with the final state; `record`, when
 // given, gets what the gradient reads.
@@ -431,20 +458,22 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
     for (int64_t row = 0; row < s.seq * B; ++row)
       for (int64_t j = 0; j < GH; ++j) xw[static_cast<size_t>(row * GH + j)] += bias[static_cast<size_t>(j)];
   }
-  // The recurrent product of a step: GRU without linear_before_reset multiplies only z and
-  // r by R here, h after the reset.
+  // GRU without linear_before_reset multiplies only z and r by R in each step's product,
+  // h after the reset.
   const int64_t rec_cols = gru && !a.linear_before_reset ? 2 * H : GH;
   std::vector<T> rec(static_cast<size_t>(B * GH));
-  std::vector<T> reset(gru ? static_cast<size_t>(B * H) : 0);  // r (.) H_prev
-  std::vector<T> hlin(gru ? static_cast<size_t>(B * H) : 0);   // its product by Rh^T
+  std::vector<T> acts(static_cast<size_t>(B * GH));            // activated gates
+  std::vector<T> reset(gru ? static_cast<size_t>(B * H) : 0);  // r (.) H_prev, or r
+  std::vector<T> hlin(gru ? static_cast<size_t>(B * H) : 0);   // (r (.) H_prev) Rh^T
   std::vector<T> hprev(static_cast<size_t>(B * H));
-  const int64_t grain = std::max<int64_t>(1, 8192 / GH);
+  const int64_t grain = row_grain(GH);
   const T* rbh = gru && dir.rb != nullptr ? dir.rb + 2 * H : nullptr;
+  const T *pi = dir.p, *po = dir.p != nullptr ? dir.p + H : nullptr, *pf = dir.p != nullptr ? dir.p + 2 * H : nullptr;
   for (int64_t step = 0; step < s.seq; ++step) {
     std::copy(h.begin(), h.end(), hprev.begin());
     gemm<T>(false, true, B, rec_cols, H, T(1), hprev.data(), H, dir.r, H, T(0), rec.data(), GH);
     auto active = [&](int64_t b) { return step < lens[static_cast<size_t>(b)]; };
-    // Phase 1: pre-activations; GRU's z and r.
+    // Phase 1: pre-activations; GRU's r.
     parallel_for(B, grain, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
         if (!active(b)) continue;
@@ -454,16 +483,13 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
         // GRU's h gate keeps its recurrent part apart (linear_before_reset) or gets it later.
         const int64_t add_cols = gru ? 2 * H : GH;
         for (int64_t j = 0; j < add_cols; ++j) pre[j] += xr[j];
-        if (gru && !a.linear_before_reset) {
-          for (int64_t j = 2 * H; j < GH; ++j) pre[j] = xr[j];
-        }
-        if (gru) {
-          const T* hp = hprev.data() + b * H;
-          for (int64_t j = 0; j < H; ++j) {
-            const T r = dir.f.apply(clip_value(pre[H + j], a.clip));
-            reset[static_cast<size_t>(b * H + j)] = a.linear_before_reset ? r : r * hp[j];
-          }
-        }
+        if (!gru) continue;
+        if (!a.linear_before_reset) std::copy(xr + 2 * H, xr + GH, pre + 2 * H);
+        T* r = acts.data() + b * GH + H;
+        activate(dir.f, a.clip, pre + H, r, H);
+        T* rs = reset.data() + b * H;
+        const T* hp = hprev.data() + b * H;
+        for (int64_t j = 0; j < H; ++j) rs[j] = a.linear_before_reset ? r[j] : r[j] * hp[j];
       }
     });
     if (gru && !a.linear_before_reset) {
@@ -474,62 +500,67 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
       for (int64_t b = begin; b < end; ++b) {
         if (!active(b)) continue;
         const int64_t t = time_of(dir.reverse, step, lens[static_cast<size_t>(b)]);
+        const int64_t row = t * B + b;
         T* pre = rec.data() + b * GH;
+        T* act = acts.data() + b * GH;
         const T* hp = hprev.data() + b * H;
         T* hb = h.data() + b * H;
-        if (record != nullptr) {
-          std::copy(hp, hp + H, record->hprev.data() + (t * B + b) * H);
-        }
+        if (record != nullptr) std::copy(hp, hp + H, record->hprev.data() + row * H);
         if (a.cell == Cell::kRnn) {
-          if (record != nullptr) std::copy(pre, pre + H, record->pre.data() + (t * B + b) * GH);
-          for (int64_t j = 0; j < H; ++j) hb[j] = dir.f.apply(clip_value(pre[j], a.clip));
+          if (record != nullptr) std::copy(pre, pre + GH, record->pre.data() + row * GH);
+          activate(dir.f, a.clip, pre, hb, H);
         } else if (gru) {
-          T* hr_out = record != nullptr && a.linear_before_reset ? record->hr.data() + (t * B + b) * H : nullptr;
-          for (int64_t j = 0; j < H; ++j) {
-            const T r = reset[static_cast<size_t>(b * H + j)];  // lbr: r itself
-            T xh;
-            if (a.linear_before_reset) {
-              const T lin = pre[2 * H + j] + (rbh != nullptr ? rbh[j] : T(0));  // H Rh^T + Rbh
-              if (hr_out != nullptr) hr_out[j] = lin;
-              xh = xw[static_cast<size_t>((t * B + b) * GH + 2 * H + j)] + r * lin;
-            } else {
-              xh = pre[2 * H + j] + hlin[static_cast<size_t>(b * H + j)] + (rbh != nullptr ? rbh[j] : T(0));
+          T* xh = pre + 2 * H;
+          if (a.linear_before_reset) {
+            const T* r = act + H;
+            const T* xr = xw.data() + row * GH + 2 * H;
+            T* lin_out = record != nullptr ? record->hr.data() + row * H : nullptr;
+            for (int64_t j = 0; j < H; ++j) {
+              const T lin = xh[j] + (rbh != nullptr ? rbh[j] : T(0));  // H Rh^T + Rbh
+              if (lin_out != nullptr) lin_out[j] = lin;
+              xh[j] = xr[j] + r[j] * lin;
             }
-            pre[2 * H + j] = xh;
+          } else {
+            const T* hl = hlin.data() + b * H;
+            for (int64_t j = 0; j < H; ++j) xh[j] += hl[j] + (rbh != nullptr ? rbh[j] : T(0));
           }
-          if (record != nullptr) std::copy(pre, pre + GH, record->pre.data() + (t * B + b) * GH);
-          for (int64_t j = 0; j < H; ++j) {
-            const T z = dir.f.apply(clip_value(pre[j], a.clip));
-            const T ht = dir.g.apply(clip_value(pre[2 * H + j], a.clip));
-            hb[j] = (T(1) - z) * ht + z * hp[j];
-          }
+          if (record != nullptr) std::copy(pre, pre + GH, record->pre.data() + row * GH);
+          T* z = act;
+          T* ht = act + 2 * H;
+          activate(dir.f, a.clip, pre, z, H);
+          activate(dir.g, a.clip, xh, ht, H);
+          for (int64_t j = 0; j < H; ++j) hb[j] = (T(1) - z[j]) * ht[j] + z[j] * hp[j];
         } else {
-          T* cb = c.data() + b * H;
-          const T *pi = dir.p, *po = dir.p != nullptr ? dir.p + H : nullptr,
-                  *pf = dir.p != nullptr ? dir.p + 2 * H : nullptr;
-          if (record != nullptr) std::copy(cb, cb + H, record->cprev.data() + (t * B + b) * H);
           // gates i o f c at 0, H, 2H, 3H
-          for (int64_t j = 0; j < H; ++j) {
-            const T cp = cb[j];
-            if (pi != nullptr) {
-              pre[j] += pi[j] * cp;
-              pre[2 * H + j] += pf[j] * cp;
+          T* cb = c.data() + b * H;
+          if (record != nullptr) std::copy(cb, cb + H, record->cprev.data() + row * H);
+          if (pi != nullptr) {
+            for (int64_t j = 0; j < H; ++j) {
+              pre[j] += pi[j] * cb[j];
+              pre[2 * H + j] += pf[j] * cb[j];
             }
-            const T i = dir.f.apply(clip_value(pre[j], a.clip));
-            const T f = a.input_forget ? T(1) - i : dir.f.apply(clip_value(pre[2 * H + j], a.clip));
-            const T g = dir.g.apply(clip_value(pre[3 * H + j], a.clip));
-            const T cn = f * cp + i * g;
-            cb[j] = cn;
-            if (po != nullptr) pre[H + j] += po[j] * cn;
-            const T o = dir.f.apply(clip_value(pre[H + j], a.clip));
-            hb[j] = o * dir.h.apply(cn);
           }
+          T *i = act, *o = act + H, *f = act + 2 * H, *g = act + 3 * H;
+          activate(dir.f, a.clip, pre, i, H);
+          if (a.input_forget) {
+            for (int64_t j = 0; j < H; ++j) f[j] = T(1) - i[j];
+          } else {
+            activate(dir.f, a.clip, pre + 2 * H, f, H);
+          }
+          activate(dir.g, a.clip, pre + 3 * H, g, H);
+          for (int64_t j = 0; j < H; ++j) cb[j] = f[j] * cb[j] + i[j] * g[j];
+          if (po != nullptr) {
+            for (int64_t j = 0; j < H; ++j) pre[H + j] += po[j] * cb[j];
+          }
+          activate(dir.f, a.clip, pre + H, o, H);
+          activate(dir.h, std::optional<double>{}, cb, hb, H);
+          for (int64_t j = 0; j < H; ++j) hb[j] *= o[j];
           if (record != nullptr) {
-            std::copy(pre, pre + GH, record->pre.data() + (t * B + b) * GH);
-            std::copy(cb, cb + H, record->c.data() + (t * B + b) * H);
+            std::copy(pre, pre + GH, record->pre.data() + row * GH);
+            std::copy(cb, cb + H, record->c.data() + row * H);
           }
         }
-        std::copy(hb, hb + H, y + (t * B + b) * H);
+        std::copy(hb, hb + H, y + row * H);
       }
     });
   }
@@ -550,7 +581,7 @@ void backward_direction(const RecurrentAttributes& a, const Sizes& s, const std:
   std::vector<T> dhp(static_cast<size_t>(B * H));         // d H_prev from the cell itself
   std::vector<T> dreset(gru ? static_cast<size_t>(B * H) : 0);
   std::vector<T> dh_rec(static_cast<size_t>(B * H));
-  const int64_t grain = std::max<int64_t>(1, 8192 / GH);
+  const int64_t grain = row_grain(GH);
   for (int64_t step = s.seq - 1; step >= 0; --step) {
     auto active = [&](int64_t b) { return step < lens[static_cast<size_t>(b)]; };
     std::fill(step_grad.begin(), step_grad.end(), T(0));
