@@ -25,6 +25,7 @@
 #include "core/dispatch.h"
 #include "core/parallel.h"
 #include "ops/cpu/multiversion.h"
+#include "ops/cpu/onednn.h"
 #include "ops/cpu/vector_math.h"
 #include "ops/kernel_registry.h"
 
@@ -248,6 +249,9 @@ template <typename T>
 void gemm(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
           int64_t ldb, T beta, T* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
+  // A step's product is often a few microseconds of work: it stays on one thread then.
+  const ThreadScope threads(
+      onednn::threads_for(2.0 * static_cast<double>(m * n * k), onednn::kFlopsPerThread, omp_get_max_threads()));
   if constexpr (std::is_same_v<T, float>) {
     if (k > 0) {
       dnnl::sgemm(a_t ? 'T' : 'N', b_t ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
