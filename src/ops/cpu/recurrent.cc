@@ -402,6 +402,8 @@ struct Record {
   std::vector<T> cprev;  // LSTM: [seq, batch, H] the cell state the step read
   std::vector<T> c;      // LSTM: [seq, batch, H] the cell state the step wrote
   std::vector<T> hr;     // GRU with linear_before_reset: [seq, batch, H] H Rh^T + Rbh
+  std::vector<T> act;    // [seq, batch, GH] the activated gates (RNN: H itself)
+  std::vector<T> hc;     // LSTM: [seq, batch, H] h(C)
 };
 
 template <typename T>
@@ -436,6 +438,27 @@ ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void activate(const Activation& act, c
       return;
     default:
       for (int64_t j = 0; j < n; ++j) y[j] = act.apply(std::min(std::max(x[j], lo), hi));
+  }
+}
+
+// d[j] = act'(x[j]) where y[j] = act(clip(x[j])), and 0 where the clip cut x[j] off.
+template <typename T>
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void activation_derivative(const Activation& act,
+                                                                     const std::optional<double>& clip, const T* x,
+                                                                     const T* y, T* d, int64_t n) {
+  const T hi = clip ? static_cast<T>(*clip) : std::numeric_limits<T>::infinity();
+  const T lo = -hi;
+  switch (act.kind) {
+    case Activation::Kind::kSigmoid:
+      for (int64_t j = 0; j < n; ++j) d[j] = x[j] >= lo && x[j] <= hi ? y[j] * (T(1) - y[j]) : T(0);
+      return;
+    case Activation::Kind::kTanh:
+      for (int64_t j = 0; j < n; ++j) d[j] = x[j] >= lo && x[j] <= hi ? T(1) - y[j] * y[j] : T(0);
+      return;
+    default:
+      for (int64_t j = 0; j < n; ++j) {
+        d[j] = x[j] >= lo && x[j] <= hi ? act.derivative(std::min(std::max(x[j], lo), hi), y[j]) : T(0);
+      }
   }
 }
 
@@ -513,6 +536,7 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
         if (a.cell == Cell::kRnn) {
           if (record != nullptr) std::copy(pre, pre + GH, record->pre.data() + row * GH);
           activate(dir.f, a.clip, pre, hb, H);
+          if (record != nullptr) std::copy(hb, hb + H, record->act.data() + row * GH);
         } else if (gru) {
           T* xh = pre + 2 * H;
           if (a.linear_before_reset) {
@@ -534,6 +558,7 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
           activate(dir.f, a.clip, pre, z, H);
           activate(dir.g, a.clip, xh, ht, H);
           for (int64_t j = 0; j < H; ++j) hb[j] = (T(1) - z[j]) * ht[j] + z[j] * hp[j];
+          if (record != nullptr) std::copy(act, act + GH, record->act.data() + row * GH);
         } else {
           // gates i o f c at 0, H, 2H, 3H
           T* cb = c.data() + b * H;
@@ -558,6 +583,10 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
           }
           activate(dir.f, a.clip, pre + H, o, H);
           activate(dir.h, std::optional<double>{}, cb, hb, H);
+          if (record != nullptr) {
+            std::copy(hb, hb + H, record->hc.data() + row * H);
+            std::copy(act, act + GH, record->act.data() + row * GH);
+          }
           for (int64_t j = 0; j < H; ++j) hb[j] *= o[j];
           if (record != nullptr) {
             std::copy(pre, pre + GH, record->pre.data() + row * GH);
@@ -585,6 +614,8 @@ void backward_direction(const RecurrentAttributes& a, const Sizes& s, const std:
   std::vector<T> dhp(static_cast<size_t>(B * H));         // d H_prev from the cell itself
   std::vector<T> dreset(gru ? static_cast<size_t>(B * H) : 0);
   std::vector<T> dh_rec(static_cast<size_t>(B * H));
+  std::vector<T> derivatives(static_cast<size_t>(B * GH));
+  std::vector<T> dhp_scratch(static_cast<size_t>(B * H));
   const int64_t grain = row_grain(GH);
   for (int64_t step = s.seq - 1; step >= 0; --step) {
     auto active = [&](int64_t b) { return step < lens[static_cast<size_t>(b)]; };
@@ -605,65 +636,64 @@ void backward_direction(const RecurrentAttributes& a, const Sizes& s, const std:
         T* dg = dgates.data() + row * GH;
         T* dgs = step_grad.data() + b * GH;
         T* dhpb = dhp.data() + b * H;
+        const T* act = rec.act.data() + row * GH;
+        T* der = derivatives.data() + b * GH;  // each gate's activation derivative
         if (a.cell == Cell::kRnn) {
+          activation_derivative(dir.f, a.clip, pre, act, der, H);
           for (int64_t j = 0; j < H; ++j) {
-            const T x = clip_value(pre[j], a.clip);
-            const T d = inside_clip(pre[j], a.clip) ? dhb[j] * dir.f.derivative(x, dir.f.apply(x)) : T(0);
-            dg[j] = dgs[j] = d;
+            dg[j] = dgs[j] = dhb[j] * der[j];
             dhpb[j] = 0;
           }
         } else if (gru) {
           T* dr = drec.data() + row * GH;
           T* rn = rin.data() + row * H;
+          const T *z = act, *r = act + H, *ht = act + 2 * H;
+          activation_derivative(dir.f, a.clip, pre, z, der, 2 * H);
+          activation_derivative(dir.g, a.clip, pre + 2 * H, ht, der + 2 * H, H);
           for (int64_t j = 0; j < H; ++j) {
-            const T xz = clip_value(pre[j], a.clip), xr = clip_value(pre[H + j], a.clip);
-            const T xh = clip_value(pre[2 * H + j], a.clip);
-            const T z = dir.f.apply(xz), r = dir.f.apply(xr), ht = dir.g.apply(xh);
-            const T dz = dhb[j] * (hp[j] - ht);
-            const T dxz = inside_clip(pre[j], a.clip) ? dz * dir.f.derivative(xz, z) : T(0);
-            const T dxh = inside_clip(pre[2 * H + j], a.clip) ? dhb[j] * (T(1) - z) * dir.g.derivative(xh, ht) : T(0);
+            const T dxz = dhb[j] * (hp[j] - ht[j]) * der[j];
+            const T dxh = dhb[j] * (T(1) - z[j]) * der[2 * H + j];
             dg[j] = dgs[j] = dr[j] = dxz;
             dg[2 * H + j] = dxh;
-            dhpb[j] = dhb[j] * z;
-            if (a.linear_before_reset) {
-              const T lin = rec.hr[row * H + static_cast<size_t>(j)];
-              const T dxr = inside_clip(pre[H + j], a.clip) ? dxh * lin * dir.f.derivative(xr, r) : T(0);
-              dg[H + j] = dgs[H + j] = dr[H + j] = dxr;
-              dgs[2 * H + j] = dr[2 * H + j] = dxh * r;
+            dhpb[j] = dhb[j] * z[j];
+          }
+          if (a.linear_before_reset) {
+            const T* lin = rec.hr.data() + row * H;
+            for (int64_t j = 0; j < H; ++j) {
+              const T dxh = dg[2 * H + j];
+              dg[H + j] = dgs[H + j] = dr[H + j] = dxh * lin[j] * der[H + j];
+              dgs[2 * H + j] = dr[2 * H + j] = dxh * r[j];
               rn[j] = hp[j];
-            } else {
-              dgs[2 * H + j] = dr[2 * H + j] = dxh;
-              rn[j] = r * hp[j];
+            }
+          } else {
+            for (int64_t j = 0; j < H; ++j) {
+              dgs[2 * H + j] = dr[2 * H + j] = dg[2 * H + j];
+              rn[j] = r[j] * hp[j];
             }
           }
         } else {
           const T* cp = rec.cprev.data() + row * H;
           const T* cn = rec.c.data() + row * H;
+          const T* hc = rec.hc.data() + row * H;
           T* dcb = dc.data() + b * H;
           const T *pi = dir.p, *po = dir.p != nullptr ? dir.p + H : nullptr,
                   *pf = dir.p != nullptr ? dir.p + 2 * H : nullptr;
+          const T *i = act, *o = act + H, *f = act + 2 * H, *g = act + 3 * H;
+          T *di_x = der, *do_x = der + H, *df_x = der + 2 * H, *dg_x = der + 3 * H;
+          activation_derivative(dir.f, a.clip, pre, act, der, a.input_forget ? 2 * H : 3 * H);
+          activation_derivative(dir.g, a.clip, pre + 3 * H, g, dg_x, H);
+          T* dhc = dhp_scratch.data() + b * H;  // h'(C)
+          activation_derivative(dir.h, std::optional<double>{}, cn, hc, dhc, H);
+          if (a.input_forget) std::fill(df_x, df_x + H, T(0));
+          const T sign_if = a.input_forget ? T(-1) : T(0);
           for (int64_t j = 0; j < H; ++j) {
-            const T xi = clip_value(pre[j], a.clip), xo = clip_value(pre[H + j], a.clip);
-            const T xf = clip_value(pre[2 * H + j], a.clip), xc = clip_value(pre[3 * H + j], a.clip);
-            const T i = dir.f.apply(xi), o = dir.f.apply(xo), g = dir.g.apply(xc);
-            const T f = a.input_forget ? T(1) - i : dir.f.apply(xf);
-            const T hc = dir.h.apply(cn[j]);
-            const T dxo = inside_clip(pre[H + j], a.clip) ? dhb[j] * hc * dir.f.derivative(xo, o) : T(0);
-            T dct = dcb[j] + dhb[j] * o * dir.h.derivative(cn[j], hc);
-            if (po != nullptr) dct += dxo * po[j];
-            T di = dct * g;
+            const T dxo = dhb[j] * hc[j] * do_x[j];
+            const T dct = dcb[j] + dhb[j] * o[j] * dhc[j] + (po != nullptr ? dxo * po[j] : T(0));
             const T df = dct * cp[j];
-            T dxf = 0;
-            if (a.input_forget) {
-              di -= df;
-            } else if (inside_clip(pre[2 * H + j], a.clip)) {
-              dxf = df * dir.f.derivative(xf, f);
-            }
-            const T dxi = inside_clip(pre[j], a.clip) ? di * dir.f.derivative(xi, i) : T(0);
-            const T dxc = inside_clip(pre[3 * H + j], a.clip) ? dct * i * dir.g.derivative(xc, g) : T(0);
-            T dcp = dct * f;
-            if (pi != nullptr) dcp += dxi * pi[j] + dxf * pf[j];
-            dcb[j] = dcp;
+            const T dxi = (dct * g[j] + sign_if * df) * di_x[j];
+            const T dxf = df * df_x[j];
+            const T dxc = dct * i[j] * dg_x[j];
+            dcb[j] = dct * f[j] + (pi != nullptr ? dxi * pi[j] + dxf * pf[j] : T(0));
             dg[j] = dgs[j] = dxi;
             dg[H + j] = dgs[H + j] = dxo;
             dg[2 * H + j] = dgs[2 * H + j] = dxf;
@@ -686,13 +716,13 @@ void backward_direction(const RecurrentAttributes& a, const Sizes& s, const std:
           T* dg = dgates.data() + row * GH;
           T* dr = drec.data() + row * GH;
           T* dgs = step_grad.data() + b * GH;
+          const T* r = rec.act.data() + row * GH + H;
+          const T* der = derivatives.data() + b * GH;
           for (int64_t j = 0; j < H; ++j) {
-            const T xr = clip_value(pre[H + j], a.clip);
-            const T r = dir.f.apply(xr);
             const T drs = dreset[static_cast<size_t>(b * H + j)];
-            const T dxr = inside_clip(pre[H + j], a.clip) ? drs * hp[j] * dir.f.derivative(xr, r) : T(0);
+            const T dxr = drs * hp[j] * der[H + j];
             dg[H + j] = dgs[H + j] = dr[H + j] = dxr;
-            dhp[static_cast<size_t>(b * H + j)] += drs * r;
+            dhp[static_cast<size_t>(b * H + j)] += drs * r[j];
             dgs[2 * H + j] = 0;  // already carried into H_prev through the reset
           }
         }
@@ -839,6 +869,8 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s) 
       rec.c.assign(static_cast<size_t>(SB * H), T(0));
     }
     if (a.cell == Cell::kGru && a.linear_before_reset) rec.hr.assign(static_cast<size_t>(SB * H), T(0));
+    rec.act.assign(static_cast<size_t>(SB * GH), T(0));
+    if (lstm) rec.hc.assign(static_cast<size_t>(SB * H), T(0));
     {
       std::vector<T> h = dir.h0, c = dir.c0;
       std::vector<T> y(static_cast<size_t>(SB * H), T(0));
