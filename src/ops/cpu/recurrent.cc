@@ -406,18 +406,6 @@ struct Record {
   std::vector<T> hc;     // LSTM: [seq, batch, H] h(C)
 };
 
-template <typename T>
-T clip_value(T v, const std::optional<double>& clip) {
-  if (!clip) return v;
-  const T c = static_cast<T>(*clip);
-  return std::min(std::max(v, -c), c);
-}
-
-template <typename T>
-bool inside_clip(T v, const std::optional<double>& clip) {
-  return !clip || (v >= -static_cast<T>(*clip) && v <= static_cast<T>(*clip));
-}
-
 inline int64_t time_of(bool reverse, int64_t step, int64_t len) {
   return reverse ? len - 1 - step : step;
 }
@@ -711,7 +699,6 @@ void backward_direction(const RecurrentAttributes& a, const Sizes& s, const std:
           if (!active(b)) continue;
           const int64_t t = time_of(dir.reverse, step, lens[static_cast<size_t>(b)]);
           const size_t row = static_cast<size_t>(t * B + b);
-          const T* pre = rec.pre.data() + row * GH;
           const T* hp = rec.hprev.data() + row * H;
           T* dg = dgates.data() + row * GH;
           T* dr = drec.data() + row * GH;
@@ -840,9 +827,17 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s) 
   const DType dtype = ctx.input(kX).dtype();
   const bool lstm = a.cell == Cell::kLstm;
   const size_t grads_at = lstm ? 8 : 6;  // where dY sits
+  const Shape y_shape =
+      a.layout == 0 ? Shape{s.seq, s.directions, s.batch, s.hidden} : Shape{s.batch, s.seq, s.directions, s.hidden};
+  const Shape state = a.layout == 0 ? Shape{s.directions, s.batch, s.hidden} : Shape{s.batch, s.directions, s.hidden};
   auto grad_input = [&](size_t k) -> const T* {
     const size_t i = grads_at + k;
-    return i < ctx.input_count() && present(ctx, i) ? ctx.input(i).template data<T>() : nullptr;
+    if (i >= ctx.input_count() || !present(ctx, i)) return nullptr;
+    const Tensor& t = ctx.input(i);
+    static constexpr const char* kNames[] = {"dY", "dY_h", "dY_c"};
+    expect_shape(ctx, t, kNames[k], k == 0 ? y_shape : state);
+    if (t.dtype() != dtype) ctx.fail(std::string(kNames[k]) + " must have X's element type");
+    return t.template data<T>();
   };
   const T* dy = grad_input(0);
   const T* dyh = grad_input(1);

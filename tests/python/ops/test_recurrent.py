@@ -227,3 +227,63 @@ def test_bad_shapes_are_errors():
     model = make_model("LSTM", inputs, {"hidden_size": 3}, n_outputs=3, opset=14)
     with pytest.raises(onnxtrain.Error if hasattr(onnxtrain, "Error") else Exception, match="W"):
         run_onnxtrain(model, {k: v for k, v in inputs.items() if v is not None})
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("seq,batch", [(0, 3), (4, 0)])
+def test_empty_sequence_or_batch(cell, seq, batch):
+    inputs = make_inputs(cell, seq=seq, batch=batch, initial=True)
+    run_case(cell, inputs, {}, reference="numpy")
+
+
+@pytest.mark.parametrize(
+    "attrs,match",
+    [
+        ({"direction": "sideways"}, "direction"),
+        ({"activations": ["Tanh", "Nope"]}, "activation"),
+        ({"activations": ["Tanh"]}, "activations has 1"),
+        ({"layout": 2}, "layout"),
+        ({"clip": -1.0}, "clip"),
+        ({"hidden_size": 4}, "W"),
+        ({"direction": "bidirectional"}, "W"),
+    ],
+)
+def test_bad_attributes_are_errors(attrs, match):
+    from op_harness import make_model, run_onnxtrain
+
+    inputs = make_inputs("GRU")
+    model = make_model("GRU", inputs, {"hidden_size": 3, **attrs}, n_outputs=2, opset=14)
+    with pytest.raises(Exception, match=match):
+        run_onnxtrain(model, {k: v for k, v in inputs.items() if v is not None})
+
+
+def test_bad_sequence_lens_is_an_error():
+    from op_harness import make_model, run_onnxtrain
+
+    inputs = make_inputs("RNN", lens=[1, 9, 2])
+    model = make_model("RNN", inputs, {"hidden_size": 3}, n_outputs=2, opset=14)
+    with pytest.raises(Exception, match="sequence_lens"):
+        run_onnxtrain(model, {k: v for k, v in inputs.items() if v is not None})
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_gradient_op_checks_its_output_gradients(cell):
+    # org.onnxtrain::{cell}Grad fed a dY of the wrong shape: an error naming it, no crash.
+    from op_harness import run_onnxtrain
+    import onnx
+    from onnx import helper
+
+    inputs = make_inputs(cell, initial=True)
+    hidden = inputs["R"].shape[-1]
+    names = list(inputs) + ([""] * (8 - len(inputs)) if cell == "LSTM" else [""] * (6 - len(inputs)))
+    names = [n if n in inputs and inputs[n] is not None else "" for n in names] + ["dY"]
+    node = helper.make_node(f"{cell}Grad", names, ["dX"], domain="org.onnxtrain", hidden_size=hidden)
+    feeds = {k: v for k, v in inputs.items() if v is not None}
+    feeds["dY"] = np.ones((2, 2, 2, 2), np.float32)
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+                      for k, v in feeds.items()], [helper.make_empty_tensor_value_info("dX")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14), helper.make_opsetid("org.onnxtrain", 1)],
+                              ir_version=8)
+    with pytest.raises(Exception, match="dY"):
+        run_onnxtrain(model, feeds)
