@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <dnnl.hpp>
+#include <exception>
 #include <limits>
 #include <optional>
 #include <string>
@@ -460,6 +461,30 @@ int run_threads(const Sizes& s) {
   return step_flops < 10 * onednn::kFlopsPerThread ? 1 : omp_get_max_threads();
 }
 
+// Runs body(d) for each direction d. A bidirectional net's two directions run side by side
+// on two threads when two are available and the work is worth waking one (each direction
+// then runs on its thread alone); otherwise in turn. An exception in either is rethrown.
+template <typename F>
+void for_each_direction(const Sizes& s, int available, F&& body) {
+  const double flops = 2.0 * static_cast<double>(s.seq * s.batch * s.gh() * (s.hidden + s.input));
+  if (s.directions == 2 && available >= 2 && flops >= 4 * onednn::kFlopsPerThread) {
+    std::exception_ptr errors[2];
+#pragma omp parallel for num_threads(2) schedule(static, 1)
+    for (int64_t d = 0; d < 2; ++d) {
+      try {
+        body(d);
+      } catch (...) {
+        errors[d] = std::current_exception();
+      }
+    }
+    for (const std::exception_ptr& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+    return;
+  }
+  for (int64_t d = 0; d < s.directions; ++d) body(d);
+}
+
 // Rows per parallel task: a task is worth starting for some 32K gate values.
 int64_t row_grain(int64_t gh) {
   return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, gh));
@@ -780,6 +805,7 @@ std::vector<T> time_major_x(const Tensor& x, const Sizes& s, const RecurrentLayo
 
 template <typename T>
 void forward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s) {
+  const int available = omp_get_max_threads();
   const ThreadScope threads(run_threads(s));
   const RecurrentLayout lay{a.layout, s.seq, s.batch, s.directions, s.hidden};
   const std::vector<int64_t> lens = sequence_lengths(ctx, s);
@@ -794,11 +820,10 @@ void forward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s) {
   T* yc = a.cell == Cell::kLstm && ctx.has_output(2) ? ctx.allocate_output(2, dtype, state_shape).template data<T>()
                                                      : nullptr;
   const int64_t H = s.hidden;
-  std::vector<T> ydir(static_cast<size_t>(s.seq * s.batch * H));
-  for (int64_t d = 0; d < s.directions; ++d) {
+  for_each_direction(s, available, [&](int64_t d) {
     const Direction<T> dir = direction_inputs<T>(ctx, a, s, lay, x.data(), d);
     std::vector<T> h = dir.h0, c = dir.c0;
-    std::fill(ydir.begin(), ydir.end(), T(0));
+    std::vector<T> ydir(static_cast<size_t>(s.seq * s.batch * H), T(0));
     run_direction<T>(a, s, lens, dir, ydir.data(), h, c, nullptr);
     for (int64_t t = 0; t < s.seq && y != nullptr; ++t)
       for (int64_t b = 0; b < s.batch; ++b) std::copy_n(ydir.data() + (t * s.batch + b) * H, H, y + lay.y(t, d, b));
@@ -806,7 +831,7 @@ void forward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s) {
       if (yh != nullptr) std::copy_n(h.data() + b * H, H, yh + lay.state(d, b));
       if (yc != nullptr) std::copy_n(c.data() + b * H, H, yc + lay.state(d, b));
     }
-  }
+  });
 }
 
 KernelFactory forward_kernel(Cell cell) {
@@ -832,6 +857,7 @@ const KernelRegistration kLSTM{"", "LSTM", 7, kLatestOpset, forward_kernel(Cell:
 
 template <typename T>
 void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s) {
+  const int available = omp_get_max_threads();
   const ThreadScope threads(run_threads(s));
   const RecurrentLayout lay{a.layout, s.seq, s.batch, s.directions, s.hidden};
   const std::vector<int64_t> lens = sequence_lengths(ctx, s);
@@ -856,7 +882,7 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s) 
   const T* dyc = lstm ? grad_input(2) : nullptr;
   const int64_t H = s.hidden, GH = s.gh(), B = s.batch, SB = s.seq * s.batch;
 
-  std::vector<T> dx(static_cast<size_t>(SB * s.input), T(0));
+  std::vector<std::vector<T>> dxs(static_cast<size_t>(s.directions));  // each direction's share of dX
   Tensor* dw = ctx.has_output(1) ? &ctx.allocate_output(1, dtype, ctx.input(kW).shape()) : nullptr;
   Tensor* dr = ctx.has_output(2) ? &ctx.allocate_output(2, dtype, ctx.input(kR).shape()) : nullptr;
   Tensor* db = ctx.has_output(3) ? &ctx.allocate_output(3, dtype, {s.directions, 2 * GH}) : nullptr;
@@ -865,8 +891,10 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s) 
   Tensor* dc0 = lstm && ctx.has_output(5) ? &ctx.allocate_output(5, dtype, state_shape) : nullptr;
   Tensor* dp = lstm && ctx.has_output(6) ? &ctx.allocate_output(6, dtype, {s.directions, 3 * H}) : nullptr;
 
-  std::vector<T> dydir(dy != nullptr ? static_cast<size_t>(SB * H) : 0);
-  for (int64_t d = 0; d < s.directions; ++d) {
+  for_each_direction(s, available, [&](int64_t d) {
+    std::vector<T> dydir(dy != nullptr ? static_cast<size_t>(SB * H) : 0);
+    std::vector<T>& dx = dxs[static_cast<size_t>(d)];
+    dx.assign(static_cast<size_t>(SB * s.input), T(0));
     const Direction<T> dir = direction_inputs<T>(ctx, a, s, lay, x.data(), d);
     Record<T> rec;
     rec.pre.assign(static_cast<size_t>(SB * GH), T(0));
@@ -940,8 +968,11 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s) 
       if (dh0 != nullptr) std::copy_n(dh.data() + b * H, H, dh0->data<T>() + lay.state(d, b));
       if (dc0 != nullptr) std::copy_n(dc.data() + b * H, H, dc0->data<T>() + lay.state(d, b));
     }
-  }
+  });
   if (ctx.has_output(0)) {
+    std::vector<T>& dx = dxs[0];
+    for (size_t d = 1; d < dxs.size(); ++d)
+      for (size_t i = 0; i < dx.size(); ++i) dx[i] += dxs[d][i];
     T* out = ctx.allocate_output(0, dtype, ctx.input(kX).shape()).template data<T>();
     for (int64_t t = 0; t < s.seq; ++t)
       for (int64_t b = 0; b < B; ++b)

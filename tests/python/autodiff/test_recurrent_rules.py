@@ -145,17 +145,19 @@ def torch_to_onnx_gates(cell: str, w: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("bidirectional", [False, True])
 @pytest.mark.parametrize("batch_first", [False, True])
 @pytest.mark.parametrize("with_lens", [False, True])
-def test_matches_torch(cell: str, bidirectional: bool, batch_first: bool, with_lens: bool) -> None:
+@pytest.mark.parametrize("large", [False, True])
+def test_matches_torch(cell: str, bidirectional: bool, batch_first: bool, with_lens: bool, large: bool) -> None:
+    # `large`: enough work that a bidirectional net's directions run on two threads.
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
-    seq, batch, inp, hidden = 5, 3, 4, 3
+    seq, batch, inp, hidden = (16, 8, 32, 64) if large else (5, 3, 4, 3)
     dirs = 2 if bidirectional else 1
     module = getattr(torch.nn, cell)(inp, hidden, batch_first=batch_first, bidirectional=bidirectional).double()
     rng = np.random.default_rng(1)
     x = rng.standard_normal((batch, seq, inp) if batch_first else (seq, batch, inp))
     h0 = rng.standard_normal((dirs, batch, hidden))
     c0 = rng.standard_normal((dirs, batch, hidden))
-    lens = np.array([5, 2, 4], np.int32) if with_lens else np.full(batch, seq, np.int32)
+    lens = np.array([seq, 2, 4, 7, 1, seq, 9, 3][:batch], np.int32) if with_lens else np.full(batch, seq, np.int32)
 
     suffixes = [""] + (["_reverse"] if bidirectional else [])
     param = lambda name: np.stack([getattr(module, f"{name}_l0{s}").detach().numpy() for s in suffixes])  # noqa: E731

@@ -287,3 +287,11 @@ def test_gradient_op_checks_its_output_gradients(cell):
                               ir_version=8)
     with pytest.raises(Exception, match="dY"):
         run_onnxtrain(model, feeds)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+def test_bidirectional_large_enough_to_run_directions_side_by_side(cell):
+    # Work enough that the two directions run on two threads (when the session has two).
+    inputs = make_inputs(cell, seq=16, batch=8, input_size=32, hidden=64, directions=2, initial=True,
+                         lens=[16, 3, 0, 9, 16, 1, 12, 5], scale=0.2)
+    run_case(cell, inputs, {"direction": "bidirectional"}, reference="numpy", tol=dict(rtol=1e-4, atol=1e-5))
