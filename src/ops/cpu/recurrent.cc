@@ -19,6 +19,7 @@
 #include <dnnl.hpp>
 #include <exception>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "ops/cpu/multiversion.h"
 #include "ops/cpu/onednn.h"
 #include "ops/cpu/vector_math.h"
+#include "ops/cpu/weight_stream.h"
 #include "ops/kernel_registry.h"
 
 namespace onnxtrain {
@@ -288,6 +290,48 @@ void gemm(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, T alpha, const T*
   });
 }
 
+// A product each step repeats with the same weights: out [rows, n] (row stride ldo) =
+// in [rows, k] (row stride ldi) W^T, with W(o, j) at w[o * os + j * ks]. In float32 with
+// few rows (a recurrent net's batch) the weights are packed once per run into a
+// WeightStream, which streams them once per step; sgemm would pack them again every step.
+template <typename T>
+class StepProduct {
+ public:
+  StepProduct(const T* w, int64_t n, int64_t k, int64_t os, int64_t ks, int64_t rows)
+      : w_(w), n_(n), k_(k), os_(os), ks_(ks) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (rows <= WeightStream::kMaxColumns * 2 && n > 0 && k > 0)
+        stream_ = std::make_unique<WeightStream>(w, n, k, os, ks);
+    }
+  }
+
+  void run(const T* in, int64_t ldi, T* out, int64_t ldo, int64_t rows) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (stream_) {
+        stream_->multiply(
+            in, rows, 1, ldi, static_cast<int64_t>(onednn::kBytesPerThread),
+            [&](int64_t first, int64_t count, int64_t first_row, int64_t count_rows, const WeightStream::Lanes* sums) {
+              for (int64_t i = 0; i < count_rows; ++i) {
+                T* o = out + (first_row + i) * ldo + first;
+                for (int64_t j = 0; j < count; ++j) o[j] = sums[i][j];
+              }
+            });
+        return;
+      }
+    }
+    if (ks_ == 1) {
+      gemm<T>(false, true, rows, n_, k_, T(1), in, ldi, w_, os_, T(0), out, ldo);
+    } else {
+      gemm<T>(false, false, rows, n_, k_, T(1), in, ldi, w_, ks_, T(0), out, ldo);
+    }
+  }
+
+ private:
+  const T* w_;
+  int64_t n_, k_, os_, ks_;
+  std::unique_ptr<WeightStream> stream_;  // float32 only
+};
+
 // ---- the problem: sizes and the inputs of one direction ----
 
 // Input indices shared by the three ops (LSTM adds initial_c 6 and P 7).
@@ -511,6 +555,9 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
   // GRU without linear_before_reset multiplies only z and r by R in each step's product,
   // h after the reset.
   const int64_t rec_cols = gru && !a.linear_before_reset ? 2 * H : GH;
+  const StepProduct<T> recurrent_product(dir.r, rec_cols, H, H, 1, B);  // H R^T
+  std::optional<StepProduct<T>> reset_product;                          // (r (.) H) Rh^T
+  if (gru && !a.linear_before_reset) reset_product.emplace(dir.r + 2 * H * H, H, H, H, 1, B);
   std::vector<T> rec(static_cast<size_t>(B * GH));
   std::vector<T> acts(static_cast<size_t>(B * GH));            // activated gates
   std::vector<T> reset(gru ? static_cast<size_t>(B * H) : 0);  // r (.) H_prev, or r
@@ -521,7 +568,7 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
   const T *pi = dir.p, *po = dir.p != nullptr ? dir.p + H : nullptr, *pf = dir.p != nullptr ? dir.p + 2 * H : nullptr;
   for (int64_t step = 0; step < s.seq; ++step) {
     std::copy(h.begin(), h.end(), hprev.begin());
-    gemm<T>(false, true, B, rec_cols, H, T(1), hprev.data(), H, dir.r, H, T(0), rec.data(), GH);
+    recurrent_product.run(hprev.data(), H, rec.data(), GH, B);
     auto active = [&](int64_t b) { return step < lens[static_cast<size_t>(b)]; };
     // Phase 1: pre-activations; GRU's r.
     parallel_for(B, grain, [&](int64_t begin, int64_t end) {
@@ -543,7 +590,7 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
       }
     });
     if (gru && !a.linear_before_reset) {
-      gemm<T>(false, true, B, H, H, T(1), reset.data(), H, dir.r + 2 * H * H, H, T(0), hlin.data(), H);
+      reset_product->run(reset.data(), H, hlin.data(), H, B);
     }
     // Phase 2: the cell.
     parallel_for(B, grain, [&](int64_t begin, int64_t end) {
@@ -638,6 +685,9 @@ void backward_direction(const RecurrentAttributes& a, const Sizes& s, const std:
   std::vector<T> dreset(gru ? static_cast<size_t>(B * H) : 0);
   std::vector<T> dh_rec(static_cast<size_t>(B * H));
   std::vector<T> derivatives(static_cast<size_t>(B * GH));
+  const StepProduct<T> recurrent_grad_product(dir.r, H, GH, 1, H, B);  // dG R
+  std::optional<StepProduct<T>> reset_grad_product;                    // dxh Rh
+  if (gru && !a.linear_before_reset) reset_grad_product.emplace(dir.r + 2 * H * H, H, H, 1, H, B);
   std::vector<T> dhp_scratch(static_cast<size_t>(B * H));
   const int64_t grain = row_grain(GH);
   for (int64_t step = s.seq - 1; step >= 0; --step) {
@@ -728,7 +778,7 @@ void backward_direction(const RecurrentAttributes& a, const Sizes& s, const std:
     });
     if (gru && !a.linear_before_reset) {
       // d(r (.) H_prev) = dxh Rh; then r's gradient and H_prev's share through the reset.
-      gemm<T>(false, false, B, H, H, T(1), step_grad.data() + 2 * H, GH, dir.r + 2 * H * H, H, T(0), dreset.data(), H);
+      reset_grad_product->run(step_grad.data() + 2 * H, GH, dreset.data(), H, B);
       parallel_for(B, grain, [&](int64_t begin, int64_t end) {
         for (int64_t b = begin; b < end; ++b) {
           if (!active(b)) continue;
@@ -750,7 +800,7 @@ void backward_direction(const RecurrentAttributes& a, const Sizes& s, const std:
         }
       });
     }
-    gemm<T>(false, false, B, H, GH, T(1), step_grad.data(), GH, dir.r, H, T(0), dh_rec.data(), H);
+    recurrent_grad_product.run(step_grad.data(), GH, dh_rec.data(), H, B);
     for (int64_t b = 0; b < B; ++b) {
       if (!active(b)) continue;
       for (int64_t j = 0; j < H; ++j) {
