@@ -103,18 +103,21 @@ def test_gradient(case: GradCase, shapes: str, runtime: str) -> None:
     check_or_skip(case, runtime, shapes)
 
 
-def test_float32_gradient_graph_runs() -> None:
-    # float32 through the same kernel (oneDNN's sgemm), against the float64 gradients.
+@pytest.mark.parametrize("cell", ["GRU", "LSTM"])
+@pytest.mark.parametrize("batch", [3, 20])
+def test_float32_gradients_match_float64(cell: str, batch: int) -> None:
+    # float32 products (WeightStream up to 16 rows, sgemm beyond) against the float64 gradients.
     rng = np.random.default_rng(3)
-    seq, batch, inp, hidden = 4, 3, 5, 4
+    seq, inp, hidden = 4, 5, 4
+    g = 4 if cell == "LSTM" else 3
     values = {
         "X": rng.standard_normal((seq, batch, inp)),
-        "W": rng.standard_normal((1, 4 * hidden, inp)) * 0.5,
-        "R": rng.standard_normal((1, 4 * hidden, hidden)) * 0.5,
+        "W": rng.standard_normal((1, g * hidden, inp)) * 0.5,
+        "R": rng.standard_normal((1, g * hidden, hidden)) * 0.5,
     }
     grads = {}
     for dtype, np_type in ((TensorProto.DOUBLE, np.float64), (TensorProto.FLOAT, np.float32)):
-        node = helper.make_node("LSTM", ["X", "W", "R"], ["Y"], hidden_size=hidden)
+        node = helper.make_node(cell, ["X", "W", "R"], ["Y"], hidden_size=hidden)
         graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(k, dtype, v.shape) for k, v in values.items()],
                                   [helper.make_tensor_value_info("Y", dtype, None)])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)

@@ -295,3 +295,12 @@ def test_bidirectional_large_enough_to_run_directions_side_by_side(cell):
     inputs = make_inputs(cell, seq=16, batch=8, input_size=32, hidden=64, directions=2, initial=True,
                          lens=[16, 3, 0, 9, 16, 1, 12, 5], scale=0.2)
     run_case(cell, inputs, {"direction": "bidirectional"}, reference="numpy", tol=dict(rtol=1e-4, atol=1e-5))
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("batch", [16, 17, 40])
+def test_batches_around_the_streamed_product_limit(cell, batch):
+    # Up to 16 rows a step's product streams packed weights; beyond, sgemm.
+    inputs = make_inputs(cell, seq=4, batch=batch, input_size=6, hidden=20, initial=True, scale=0.3)
+    attrs = {"linear_before_reset": 0} if cell == "GRU" else {}
+    run_case(cell, inputs, attrs)
