@@ -298,9 +298,23 @@ def test_bidirectional_large_enough_to_run_directions_side_by_side(cell):
 
 
 @pytest.mark.parametrize("cell", CELLS)
-@pytest.mark.parametrize("batch", [16, 17, 40])
+@pytest.mark.parametrize("batch", [3, 4, 16, 17, 40])
 def test_batches_around_the_streamed_product_limit(cell, batch):
-    # Up to 16 rows a step's product streams packed weights; beyond, sgemm.
+    # From 4 to 16 rows a step's product streams packed weights; otherwise sgemm.
     inputs = make_inputs(cell, seq=4, batch=batch, input_size=6, hidden=20, initial=True, scale=0.3)
     attrs = {"linear_before_reset": 0} if cell == "GRU" else {}
     run_case(cell, inputs, attrs)
+
+
+@pytest.mark.parametrize("cell", CELLS)
+@pytest.mark.parametrize("lbr", [0, 1])
+@pytest.mark.parametrize("batch", [2, 8, 20])
+def test_constant_weights(cell, lbr, batch):
+    # R an initializer: the kernel packs it once when it is created (float32, 4 to 16 rows).
+    if cell != "GRU" and lbr:
+        pytest.skip("linear_before_reset is GRU's")
+    inputs = make_inputs(cell, batch=batch, directions=2, initial=True, lens=None)
+    attrs = {"hidden_size": inputs["R"].shape[-1], "direction": "bidirectional"}
+    if cell == "GRU":
+        attrs["linear_before_reset"] = lbr
+    check_op(cell, inputs, attrs, n_outputs=3 if cell == "LSTM" else 2, opset=14, constants=["W", "R", "B"], **F32)
