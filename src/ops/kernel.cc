@@ -111,7 +111,8 @@ void KernelContext::require_alike(const Tensor& a, const Tensor& b, std::string_
     fail(std::string(what) + ": shapes " + shape_string(a.shape()) + " and " + shape_string(b.shape()) + " differ");
   }
   if (a.dtype() != b.dtype()) {
-    fail(std::string(what) + ": element types " + dtype_name(a.dtype()) + " and " + dtype_name(b.dtype()) + " differ");
+    fail(std::string(what) + ": element types " + std::string(dtype_name(a.dtype())) + " and " +
+         std::string(dtype_name(b.dtype())) + " differ");
   }
 }
 
