@@ -1,4 +1,4 @@
-// Shapes of CenterCropPad, DepthToSpace, SpaceToDepth and ReverseSequence
+// Shapes of CenterCropPad, DepthToSpace, SpaceToDepth, ReverseSequence and TensorScatter
 // (src/ops/cpu/rearrange.cc).
 #include "ir/shape_rules.h"
 
@@ -51,7 +51,8 @@ void space_to_depth(ShapeContext& c) {
 const ShapeRuleRegistration kRearrangeShapes{{{"CenterCropPad", center_crop_pad},
                                               {"DepthToSpace", depth_to_space},
                                               {"SpaceToDepth", space_to_depth},
-                                              {"ReverseSequence", same_as_input}}};
+                                              {"ReverseSequence", same_as_input},
+                                              {"TensorScatter", same_as_input}}};
 
 }  // namespace
 }  // namespace onnxtrain::ir

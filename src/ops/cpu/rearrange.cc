@@ -4,7 +4,9 @@
 //   centre (the extra element, when the difference is odd, goes to the end);
 // - DepthToSpace / SpaceToDepth: blocks of `blocksize` x `blocksize` channels to and from
 //   pixels (DCR: depth-column-row, the default, or CRD);
-// - ReverseSequence: the first sequence_lens[b] steps of each batch entry reversed.
+// - ReverseSequence: the first sequence_lens[b] steps of each batch entry reversed;
+// - TensorScatter (opset 24, a KV cache update): past_cache with update written along
+//   `axis` from write_indices[b] on (wrapping around with mode circular).
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -187,6 +189,65 @@ const KernelRegistration kReverseSequence{
         for (int64_t b = 0; b < batches; ++b) {
           const int64_t len = lengths[static_cast<size_t>(b)];
           for (int64_t t = 0; t < steps; ++t) std::memcpy(dst + at(b, t), src + at(b, t < len ? len - 1 - t : t), row);
+        }
+      });
+    }};
+
+const KernelRegistration kTensorScatter{
+    "", "TensorScatter", 24, kLatestOpset, {.host_inputs = {2}}, [](const KernelInfo& info) {
+      const std::string mode = info.string_attribute("mode", "linear");
+      if (mode != "linear" && mode != "circular") info.fail("mode is \"" + mode + "\", expected linear or circular");
+      const int64_t axis_attribute = info.int_attribute("axis", -2);
+      return make_kernel([circular = mode == "circular", axis_attribute](KernelContext& ctx) {
+        const Tensor& cache = ctx.input(0);
+        const Tensor& update = ctx.input(1);
+        const int64_t rank = static_cast<int64_t>(cache.rank());
+        const int64_t axis = axis_attribute < 0 ? axis_attribute + rank : axis_attribute;
+        if (axis < 1 || axis >= rank) {
+          ctx.fail("axis " + std::to_string(axis_attribute) + " must name a sequence axis after the batch axis of " +
+                   shape_string(cache.shape()));
+        }
+        bool compatible = update.rank() == cache.rank() && update.dtype() == cache.dtype();
+        for (int64_t a = 0; a < rank && compatible; ++a) {
+          compatible = a == axis ? update.dim(a) <= cache.dim(a) : update.dim(a) == cache.dim(a);
+        }
+        if (!compatible) {
+          ctx.fail("update " + shape_string(update.shape()) + " must match past_cache " + shape_string(cache.shape()) +
+                   " (and its element type) but along axis " + std::to_string(axis) + ", where it may be shorter");
+        }
+        const int64_t batches = cache.dim(0), capacity = cache.dim(axis), length = update.dim(axis);
+        std::vector<int64_t> starts(static_cast<size_t>(batches), 0);
+        if (ctx.has_input(2)) {
+          starts = ctx.input(2).to_int64_vector();
+          if (static_cast<int64_t>(starts.size()) != batches) {
+            ctx.fail("write_indices holds " + std::to_string(starts.size()) + " indices for a batch of " +
+                     std::to_string(batches));
+          }
+        }
+        for (int64_t start : starts) {
+          if (start < 0 || (!circular && start + length > capacity)) {
+            ctx.fail("write index " + std::to_string(start) + " with " + std::to_string(length) +
+                     " updates leaves the cache of " + std::to_string(capacity));
+          }
+        }
+        Tensor& present = ctx.allocate_output(0, cache.dtype(), cache.shape());
+        if (present.numel() == 0) return;
+        std::memcpy(present.raw_data(), cache.raw_data(), cache.nbytes());
+        if (update.numel() == 0) return;
+        int64_t outer = 1, inner = 1;
+        for (int64_t a = 0; a < axis; ++a) outer *= cache.dim(a);
+        for (int64_t a = axis + 1; a < rank; ++a) inner *= cache.dim(a);
+        const size_t row = static_cast<size_t>(inner) * element_bytes(cache);
+        const int64_t per_batch = outer / batches;
+        const auto* src = static_cast<const unsigned char*>(update.raw_data());
+        auto* dst = static_cast<unsigned char*>(present.raw_data());
+        for (int64_t o = 0; o < outer; ++o) {
+          const int64_t start = starts[static_cast<size_t>(o / per_batch)];
+          for (int64_t s = 0; s < length; ++s) {
+            const int64_t at = circular ? (start + s) % capacity : start + s;
+            std::memcpy(dst + static_cast<size_t>(o * capacity + at) * row,
+                        src + static_cast<size_t>(o * length + s) * row, row);
+          }
         }
       });
     }};

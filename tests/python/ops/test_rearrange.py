@@ -1,5 +1,6 @@
-"""CenterCropPad, DepthToSpace, SpaceToDepth and ReverseSequence against onnxruntime 1.23
-and onnx.reference 1.19; exact (elements are moved, never computed)."""
+"""CenterCropPad, DepthToSpace, SpaceToDepth, ReverseSequence and TensorScatter against
+onnxruntime 1.23 and onnx.reference 1.19 (TensorScatter, opset 24: the reference only); exact
+(elements are moved, never computed)."""
 
 import numpy as np
 import pytest
@@ -77,3 +78,31 @@ def test_reverse_sequence_rejects_long_sequence():
     with pytest.raises((ValueError, RuntimeError), match=r"sequence length 5 is outside \[0, 4\]"):
         run_onnxtrain(make_model("ReverseSequence", {"x": x, "sequence_lens": lengths}, opset=10),
                       {"x": x, "sequence_lens": lengths})
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+@pytest.mark.parametrize("axis, cache_shape, length", [(-2, (2, 3, 8, 4), 3), (1, (3, 6, 2), 2), (2, (2, 2, 5), 5)])
+def test_tensor_scatter(mode, axis, cache_shape, length):
+    cache = rng.standard_normal(cache_shape).astype(np.float32)
+    update_shape = list(cache_shape)
+    update_shape[axis] = length
+    update = rng.standard_normal(update_shape).astype(np.float32)
+    capacity = cache_shape[axis]
+    high = capacity + 3 if mode == "circular" else capacity - length + 1
+    indices = rng.integers(0, high, cache_shape[0]).astype(np.int64)
+    inputs = {"past_cache": cache, "update": update, "write_indices": indices}
+    check_op("TensorScatter", inputs, {"mode": mode, "axis": axis}, opset=24, reference="onnx.reference")
+
+
+def test_tensor_scatter_without_indices_and_int8():
+    cache = rng.integers(-9, 9, (2, 5, 3)).astype(np.int8)
+    update = rng.integers(-9, 9, (2, 2, 3)).astype(np.int8)
+    check_op("TensorScatter", {"past_cache": cache, "update": update}, {"axis": 1}, opset=24,
+             reference="onnx.reference")
+
+
+def test_tensor_scatter_rejects_overflow():
+    cache = np.zeros((1, 4, 2), np.float32)
+    inputs = {"past_cache": cache, "update": np.ones((1, 3, 2), np.float32), "write_indices": np.array([2], np.int64)}
+    with pytest.raises((ValueError, RuntimeError), match=r"write index 2 with 3 updates leaves the cache of 4"):
+        run_onnxtrain(make_model("TensorScatter", inputs, {"axis": 1}, opset=24), inputs)
