@@ -162,8 +162,8 @@ void grid_sample(const Tensor& x, const Tensor& grid, Tensor& y, const GridSampl
   const int64_t grain = std::max<int64_t>(1, 2048 / std::max<int64_t>(1, channels));
   parallel_for(n * points, grain, [&](int64_t begin, int64_t end) {
     std::vector<Taps<A>> taps(r);
-    std::vector<int64_t> offsets;
-    std::vector<A> weights;
+    std::vector<int64_t> offsets, next_offsets;  // reused: no allocation per point
+    std::vector<A> weights, next_weights;
     for (int64_t np = begin; np < end; ++np) {
       const int64_t b = np / points, point = np % points;
       const T* g = pg + np * static_cast<int64_t>(r);
@@ -176,8 +176,8 @@ void grid_sample(const Tensor& x, const Tensor& grid, Tensor& y, const GridSampl
       weights.assign(1, A(1));
       for (size_t a = 0; a < r; ++a) {
         const size_t before = offsets.size();
-        std::vector<int64_t> next_offsets;
-        std::vector<A> next_weights;
+        next_offsets.clear();
+        next_weights.clear();
         for (size_t i = 0; i < before; ++i) {
           for (int k = 0; k < taps[a].count; ++k) {
             next_offsets.push_back(offsets[i] + taps[a].index[k] * strides[a]);
