@@ -5,7 +5,7 @@
 // (1 nearest, 2 linear, 4 cubic) at indices j_ak with weights w_ak(u_a), u_a the
 // unnormalized coordinate; Y[n, c, p] = sum over the K^r combinations of one tap per axis
 // of prod_a w_ak * X[n, c, j]. The rule recomputes the taps of every point (as the kernel
-// does), lays the combinations out along a last axis, and
+// does), lays the combinations out between the batch and the points, and
 //   dX = ScatterElements(add) of dY * prod_a w_ak at the flat indices,
 //   dgrid_a = sum_c dY * sum_combinations X[j] * w'_ak * prod_{b != a} w_bk * du_a/dg_a,
 // where du_a/dg_a is the denormalization's scale times the padding's: 0 where border
@@ -23,9 +23,9 @@ namespace {
 enum class Interpolation { kNearest, kLinear, kCubic };
 
 struct AxisTaps {
-  std::string index;   // int64 [N, P, K]
-  std::string weight;  // [N, P, K]
-  std::string slope;   // d weight / d grid component, [N, P, K]
+  std::string index;   // int64 [N, K, P]
+  std::string weight;  // [N, K, P]
+  std::string slope;   // d weight / d grid component, [N, K, P]
 };
 
 class GridSampleGradient {
@@ -78,62 +78,64 @@ class GridSampleGradient {
       du = mul(du, sign);
     }
     u = clamp(u, s(-4), add(size, s(4)));  // far outside every tap is padding anyway
-    std::vector<double> offsets;
-    std::vector<std::string> weights, slopes;
-    std::string base = u;
+    // The taps of every point at once, [N, K, P]: tap k lies at j = base + offset_k, at
+    // distance d = u - j; its weight is the interpolation kernel at |d| = d * sign_k.
+    const std::string base = mode == Interpolation::kNearest ? u : op("Floor", {u});
+    std::vector<int64_t> offsets{0}, signs{1}, outer{0};
+    if (mode == Interpolation::kLinear) offsets = {0, 1}, signs = {1, -1}, outer = {0, 0};
+    if (mode == Interpolation::kCubic) offsets = {-1, 0, 1, 2}, signs = {1, 1, -1, -1}, outer = {1, 0, 0, 1};
+    const std::string j_base = op("Unsqueeze", {base, g_.ints({1})});
+    std::string j = add(j_base, taps_constant(offsets));
+    std::string weight, slope;
     if (mode == Interpolation::kNearest) {
-      offsets = {0};
-      weights = {op("Expand", {s(1), g_.shape_of(u)})};
-      slopes = {op("Expand", {s(0), g_.shape_of(u)})};
+      weight = op("Expand", {s(1), g_.shape_of(j)});
     } else {
-      base = op("Floor", {u});
-      const std::string t = sub(u, base);
+      const std::string sign = taps_constant(signs);
+      const std::string distance = mul(sub(op("Unsqueeze", {u, g_.ints({1})}), j), sign);  // |d|
+      std::string kernel_slope;                                                            // d weight / d |d|
       if (mode == Interpolation::kLinear) {
-        offsets = {0, 1};
-        weights = {sub(s(1), t), t};
-        slopes = {op("Neg", {du}), du};
+        weight = sub(s(1), distance);
+        kernel_slope = s(-1);
       } else {
-        offsets = {-1, 0, 1, 2};
-        cubic(t, weights, slopes);
-        for (std::string& slope : slopes) slope = mul(slope, du);
+        const std::string is_outer = g_.emit("Cast", {taps_constant(outer)}, {attr("to", int64_t{9})});  // bool
+        weight = where(is_outer, cubic_outer(distance), cubic_inner(distance));
+        kernel_slope = where(is_outer, cubic_outer_slope(distance), cubic_inner_slope(distance));
       }
+      slope = mul(mul(kernel_slope, sign), op("Unsqueeze", {du, g_.ints({1})}));
     }
-    std::vector<std::string> indices;
-    for (size_t k = 0; k < offsets.size(); ++k) {
-      std::string j = offsets[k] == 0 ? base : add(base, s(offsets[k]));
-      if (padding == "zeros") {
-        const std::string inside = op("And", {op("GreaterOrEqual", {j, s(0)}), op("LessOrEqual", {j, size_1})});
-        j = where(inside, j, s(0));
-        weights[k] = mul(weights[k], as_float(inside));
-        slopes[k] = mul(slopes[k], as_float(inside));
-      } else if (padding == "reflection") {
-        j = reflect(j, lo, hi).first;
-      }
-      indices.push_back(g_.emit("Cast", {clamp(j, s(0), size_1)}, {attr("to", int64_t{7})}));  // int64
+    if (padding == "zeros") {
+      const std::string inside = op("And", {op("GreaterOrEqual", {j, s(0)}), op("LessOrEqual", {j, size_1})});
+      j = where(inside, j, s(0));
+      weight = mul(weight, as_float(inside));
+      if (!slope.empty()) slope = mul(slope, as_float(inside));
+    } else if (padding == "reflection") {
+      j = reflect(j, lo, hi).first;
     }
-    return {stack(indices), stack(weights), stack(slopes)};
+    const std::string index = g_.emit("Cast", {clamp(j, s(0), size_1)}, {attr("to", int64_t{7})});  // int64
+    return {index, weight, slope};
   }
 
-  // Keys' cubic weights (a = -0.75) of the taps at -1, 0, 1, 2 and their derivatives in t.
-  void cubic(const std::string& t, std::vector<std::string>& w, std::vector<std::string>& dw) {
-    const double a = -0.75;
-    const std::string t1 = add(t, s(1)), q = sub(s(1), t), t2 = sub(s(2), t);
-    auto outer = [&](const std::string& x) {  // a x^3 - 5a x^2 + 8a x - 4a, for x in [1, 2]
-      return sub(mul(add(mul(sub(mul(s(a), x), s(5 * a)), x), s(8 * a)), x), s(4 * a));
-    };
-    auto outer_slope = [&](const std::string& x) { return add(mul(sub(mul(s(3 * a), x), s(10 * a)), x), s(8 * a)); };
-    auto inner = [&](const std::string& x) {  // (a+2) x^3 - (a+3) x^2 + 1, for x in [0, 1]
-      return add(mul(mul(sub(mul(s(a + 2), x), s(a + 3)), x), x), s(1));
-    };
-    auto inner_slope = [&](const std::string& x) { return mul(sub(mul(s(3 * (a + 2)), x), s(2 * (a + 3))), x); };
-    w = {outer(t1), inner(t), inner(q), outer(t2)};
-    dw = {outer_slope(t1), inner_slope(t), op("Neg", {inner_slope(q)}), op("Neg", {outer_slope(t2)})};
+  // A [1, K, 1] constant of the grid's type.
+  std::string taps_constant(const std::vector<int64_t>& values) {
+    return g_.cast_like(op("Reshape", {g_.ints(values), g_.ints({1, -1, 1})}), grid_);
   }
 
-  std::string stack(const std::vector<std::string>& parts) {
-    std::vector<std::string> columns;
-    for (const std::string& p : parts) columns.push_back(op("Unsqueeze", {p, g_.ints({-1})}));
-    return columns.size() == 1 ? columns[0] : g_.emit("Concat", columns, {attr("axis", int64_t{-1})});
+  // Keys' cubic convolution kernel (a = -0.75) at distance x and its derivative: the
+  // inner piece for x in [0, 1], the outer one for x in [1, 2].
+  static constexpr double kCubicA = -0.75;
+  std::string cubic_inner(const std::string& x) {  // (a+2) x^3 - (a+3) x^2 + 1
+    return add(mul(mul(sub(mul(s(kCubicA + 2), x), s(kCubicA + 3)), x), x), s(1));
+  }
+  std::string cubic_inner_slope(const std::string& x) {
+    return mul(sub(mul(s(3 * (kCubicA + 2)), x), s(2 * (kCubicA + 3))), x);
+  }
+  std::string cubic_outer(const std::string& x) {  // a x^3 - 5a x^2 + 8a x - 4a
+    const double a = kCubicA;
+    return sub(mul(add(mul(sub(mul(s(a), x), s(5 * a)), x), s(8 * a)), x), s(4 * a));
+  }
+  std::string cubic_outer_slope(const std::string& x) {
+    const double a = kCubicA;
+    return add(mul(sub(mul(s(3 * a), x), s(10 * a)), x), s(8 * a));
   }
 
  private:
@@ -141,11 +143,13 @@ class GridSampleGradient {
   std::string grid_;
 };
 
-// [N, P, K] as [N, P, 1, .., K, .., 1] with K at position 2 + a of r axes.
+// [N, K, P] as [N, 1, .., K, .., 1, P] with K at position 1 + a of r axes: the
+// combinations lie between the batch and the points, so that every broadcast runs over
+// contiguous points.
 std::string spread(GradientContext& g, const std::string& v, size_t a, size_t r) {
   std::vector<int64_t> axes;
   for (size_t b = 0; b < r; ++b) {
-    if (b != a) axes.push_back(static_cast<int64_t>(2 + b));
+    if (b != a) axes.push_back(static_cast<int64_t>(1 + b));
   }
   return axes.empty() ? v : g.emit("Unsqueeze", {v, g.ints(axes)});
 }
@@ -167,7 +171,9 @@ void grid_sample(GradientContext& g) {
 
   GridSampleGradient e(g);
   const std::string x_shape = g.shape_of(x);
-  const std::string flat_grid = g.emit("Reshape", {grid, g.ints({0, -1, static_cast<int64_t>(r)})});  // [N, P, r]
+  const std::string components_first =
+      g.emit("Transpose", {g.emit("Reshape", {grid, g.ints({0, -1, static_cast<int64_t>(r)})})},
+             {attr("perm", std::vector<int64_t>{2, 0, 1})});  // [r, N, P]
   std::vector<std::string> sizes(r), strides(r);
   for (size_t a = 0; a < r; ++a) {
     sizes[a] = g.emit("Slice", {x_shape, g.ints({static_cast<int64_t>(a + 2)}), g.ints({static_cast<int64_t>(a + 3)})});
@@ -178,7 +184,7 @@ void grid_sample(GradientContext& g) {
   std::vector<AxisTaps> taps;
   for (size_t a = 0; a < r; ++a) {
     const std::string component =
-        g.emit("Gather", {flat_grid, g.int_scalar(static_cast<int64_t>(r - 1 - a))}, {attr("axis", int64_t{2})});
+        g.emit("Gather", {components_first, g.int_scalar(static_cast<int64_t>(r - 1 - a))}, {attr("axis", int64_t{0})});
     taps.push_back(e.axis(component, g.cast_like(sizes[a], grid), mode, padding, align_corners));
     const std::string index = g.emit("Mul", {spread(g, taps[a].index, a, r), strides[a]});
     flat_index = a == 0 ? index : g.emit("Add", {flat_index, index});
@@ -186,16 +192,19 @@ void grid_sample(GradientContext& g) {
     weight = a == 0 ? w : g.emit("Mul", {weight, w});
   }
   const std::string keep_2 = g.ints({0, 0, -1});
-  const std::string indices = g.emit("Reshape", {flat_index, g.ints({0, -1})});                        // [N, P * K^r]
-  const std::string dy_points = g.emit("Unsqueeze", {g.emit("Reshape", {dy, keep_2}), g.ints({-1})});  // [N, C, P, 1]
-  const std::string x_flat = g.emit("Reshape", {x, keep_2});                                           // [N, C, S]
+  const std::string indices = g.emit("Reshape", {flat_index, g.ints({0, -1})});  // [N, K^r * P]
+  std::vector<int64_t> points_shape = {0, 0};
+  points_shape.insert(points_shape.end(), r, 1);
+  points_shape.push_back(-1);
+  const std::string dy_points = g.emit("Reshape", {dy, g.ints(points_shape)});  // [N, C, 1.., P]
+  const std::string x_flat = g.emit("Reshape", {x, keep_2});                    // [N, C, S]
   const std::string spread_shape = g.emit(
       "Concat",
       {g.emit("Slice", {x_shape, g.ints({0}), g.ints({2})}), g.emit("Shape", {indices}, {attr("start", int64_t{1})})},
       {attr("axis", int64_t{0})});
   const std::string all_indices = g.emit("Expand", {g.emit("Unsqueeze", {indices, g.ints({1})}), spread_shape});
   if (g.needs_grad(0)) {
-    const std::string combos = g.emit("Unsqueeze", {g.emit("Reshape", {weight, keep_2}), g.ints({1})});  // [N,1,P,K^r]
+    const std::string combos = g.emit("Unsqueeze", {weight, g.ints({1})});  // [N, 1, K.., P]
     const std::string updates = g.emit("Reshape", {g.emit("Mul", {dy_points, combos}), keep_2});
     const std::string zeros = g.zeros(g.shape_of(x_flat), x);
     const std::string scattered = g.emit("ScatterElements", {zeros, all_indices, g.cast_like(updates, x)},
@@ -207,22 +216,26 @@ void grid_sample(GradientContext& g) {
     g.set_input_grad(1, g.zeros(g.shape_of(grid), grid));
     return;
   }
-  const std::string points_shape = g.emit("Shape", {dy_points}, {attr("end", int64_t{3})});
+  const std::string values_shape =  // [N, C, K.., P]
+      g.emit("Concat",
+             {g.emit("Slice", {x_shape, g.ints({0}), g.ints({2})}),
+              g.emit("Shape", {weight}, {attr("start", int64_t{1})})},
+             {attr("axis", int64_t{0})});
   const std::string values =
-      g.emit("Reshape", {g.emit("GatherElements", {x_flat, all_indices}, {attr("axis", int64_t{2})}),
-                         g.emit("Concat", {points_shape, g.ints({-1})}, {attr("axis", int64_t{0})})});
+      g.emit("Reshape", {g.emit("GatherElements", {x_flat, all_indices}, {attr("axis", int64_t{2})}), values_shape});
   const std::string weighted = g.emit("ReduceSum", {g.cast_like(g.emit("Mul", {values, dy_points}), grid), g.ints({1})},
-                                      {attr("keepdims", int64_t{0})});  // [N, P, K^r]
+                                      {attr("keepdims", int64_t{0})});  // [N, K.., P]
+  std::vector<int64_t> combination_axes;
+  for (size_t a = 0; a < r; ++a) combination_axes.push_back(static_cast<int64_t>(1 + a));
   std::vector<std::string> components(r);
   for (size_t a = 0; a < r; ++a) {
     std::string slope = spread(g, taps[a].slope, a, r);
     for (size_t b = 0; b < r; ++b) {
       if (b != a) slope = g.emit("Mul", {slope, spread(g, taps[b].weight, b, r)});
     }
-    const std::string sum =
-        g.emit("ReduceSum", {g.emit("Mul", {weighted, g.emit("Reshape", {slope, keep_2})}), g.ints({2})},
-               {attr("keepdims", int64_t{1})});  // [N, P, 1]
-    components[r - 1 - a] = sum;
+    const std::string sum = g.emit("ReduceSum", {g.emit("Mul", {weighted, slope}), g.ints(combination_axes)},
+                                   {attr("keepdims", int64_t{0})});  // [N, P]
+    components[r - 1 - a] = g.emit("Unsqueeze", {sum, g.ints({-1})});
   }
   const std::string dgrid = r == 1 ? components[0] : g.emit("Concat", components, {attr("axis", int64_t{2})});
   g.set_input_grad(1, g.emit("Reshape", {dgrid, g.shape_of(grid)}));
