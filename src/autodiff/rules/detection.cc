@@ -15,6 +15,11 @@
 namespace onnxtrain::autodiff {
 namespace {
 
+// A one-element 1-D value as a scalar (OneHot's depth).
+std::string scalar_of(GradientContext& g, const std::string& one) {
+  return g.emit("Reshape", {one, g.ints({})});
+}
+
 // A [R, pooled, size]: the weight of each pixel of the axis in each bin, 1/samples folded in.
 std::string axis_weights(GradientContext& g, const std::string& rois, int64_t start_column, int64_t pooled,
                          const std::string& size_int, bool half_pixel, int64_t sampling_ratio, double scale) {
@@ -66,7 +71,8 @@ std::string axis_weights(GradientContext& g, const std::string& rois, int64_t st
   const std::string frac = g.emit("Where", {at_end, s(0), g.emit("Sub", {clamped, floor})});
   const std::string off_on = g.cast_like(g.ints({0, 1}), x);
   auto spread = [&](const std::string& index, const std::string& weight) {  // [R, P, G, size]
-    const std::string hot = g.emit("OneHot", {g.emit("Cast", {index}, {attr("to", int64_t{7})}), size_int, off_on});
+    const std::string hot =
+        g.emit("OneHot", {g.emit("Cast", {index}, {attr("to", int64_t{7})}), scalar_of(g, size_int), off_on});
     return g.emit("Mul", {hot, g.emit("Unsqueeze", {g.emit("Mul", {weight, share}), g.ints({-1})})});
   };
   const std::string both = g.emit("Add", {spread(low, g.emit("Sub", {s(1), frac})), spread(high, frac)});
@@ -95,7 +101,8 @@ void roi_align(GradientContext& g) {
   // Sum the regions of each sample: one-hot [N, R] of the batch indices times the regions.
   const std::string off_on = g.cast_like(g.ints({0, 1}), x);
   const std::string owner =
-      g.emit("Transpose", {g.emit("OneHot", {g.emit("Cast", {g.input(2)}, {attr("to", int64_t{7})}), dim(0), off_on})},
+      g.emit("Transpose",
+             {g.emit("OneHot", {g.emit("Cast", {g.input(2)}, {attr("to", int64_t{7})}), scalar_of(g, dim(0)), off_on})},
              {attr("perm", std::vector<int64_t>{1, 0})});
   const std::string flat = g.emit("Reshape", {spread, g.ints({0, -1})});
   g.set_input_grad(0, g.emit("Reshape", {g.emit("MatMul", {owner, flat}), x_shape}));
