@@ -21,6 +21,8 @@ spinning threads would otherwise take the cores from the block that follows them
 alone: only those): int8 MatMul as QLinearMatMul and MatMulInteger (BERT-base's FFN, 768 x
 3072, at 128 rows, and a 768 x 768 layer at 1 row) and int8 Conv as QLinearConv (ResNet's
 64-channel 3x3 at 56 x 56), uint8 activations and int8 weights, constant weights.
+``--recurrent`` likewise adds single-op float32 LSTM and GRU models (seq x batch x input x
+hidden; constant weights), forward and bidirectional.
 """
 
 from __future__ import annotations
@@ -162,6 +164,33 @@ def _quantized_model(op: str, shape: str, folder: Path) -> tuple[Path, dict[str,
     return path, {"x": x}
 
 
+def _recurrent_model(op: str, shape: str, folder: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """A one-node float32 model of `op` (LSTM, GRU, or either with "-bi" for bidirectional) at
+    `shape` ("SEQxBATCHxINPUTxHIDDEN"), its weights constant, X fed."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    cell, _, bi = op.partition("-")
+    seq, batch, input_size, hidden = (int(v) for v in shape.split("x"))
+    dirs, gates = (2 if bi else 1), (4 if cell == "LSTM" else 3)
+    weights = {"W": rng.standard_normal((dirs, gates * hidden, input_size)) * 0.1,
+               "R": rng.standard_normal((dirs, gates * hidden, hidden)) * 0.1,
+               "B": rng.standard_normal((dirs, 2 * gates * hidden)) * 0.1}
+    node = helper.make_node(cell, ["x", "W", "R", "B"], ["y", "y_h"], hidden_size=hidden,
+                            direction="bidirectional" if bi else "forward")
+    graph = helper.make_graph(
+        [node], op, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [seq, batch, input_size])],
+        [helper.make_empty_tensor_value_info("y"), helper.make_empty_tensor_value_info("y_h")],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in weights.items()])
+    path = folder / f"{op}_{shape}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8), str(path))
+    return path, {"x": rng.standard_normal((seq, batch, input_size)).astype(np.float32)}
+
+
+RECURRENT_CASES = [("LSTM", "32x1x128x256"), ("LSTM", "32x16x128x256"), ("LSTM-bi", "32x16x128x256"),
+                   ("GRU", "32x1x128x256"), ("GRU", "32x16x128x256"), ("LSTM", "128x64x64x128")]
+
 QUANTIZED_CASES = [("QLinearMatMul", "128x768x3072"), ("QLinearMatMul", "1x768x768"),
                    ("MatMulInteger", "128x768x3072"), ("MatMulInteger", "1x768x768"),
                    ("QLinearConv", "1x64x56x56,64"), ("QLinearConv", "8x64x56x56,64")]
@@ -195,8 +224,10 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=16, help="sequence length (gpt2, bert)")
     parser.add_argument("--quantized", action="store_true",
                         help="the quantized single-op models (alone unless --models is given too)")
+    parser.add_argument("--recurrent", action="store_true",
+                        help="single-op LSTM and GRU models (alone unless --models is given too)")
     args = parser.parse_args()
-    if args.quantized and "--models" not in sys.argv:
+    if (args.quantized or args.recurrent) and "--models" not in sys.argv:
         args.models = []
 
     onnxtrain, why_not = _import_onnxtrain()
@@ -231,6 +262,16 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as folder:
             for op, shape in QUANTIZED_CASES:
                 path, feeds = _quantized_model(op, shape, Path(folder))
+                for threads in args.threads:
+                    measured = _measure(onnxtrain, path, feeds, threads, args)
+                    _print_row(f"| {op} | {shape} | - | {threads} |", measured, ratios[threads], onnxtrain is not None)
+
+    if args.recurrent:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            for op, shape in RECURRENT_CASES:
+                path, feeds = _recurrent_model(op, shape, Path(folder))
                 for threads in args.threads:
                     measured = _measure(onnxtrain, path, feeds, threads, args)
                     _print_row(f"| {op} | {shape} | - | {threads} |", measured, ratios[threads], onnxtrain is not None)

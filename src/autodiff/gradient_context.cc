@@ -2,8 +2,8 @@
 
 #include <onnxtrain/error.h>
 
-#include "ir/functions.h"
 #include "autodiff/gradient_builder.h"
+#include "ir/functions.h"
 
 namespace onnxtrain::autodiff {
 
@@ -117,8 +117,8 @@ std::vector<std::string> GradientContext::call_n(std::string name, std::vector<s
                                                  std::vector<ir::Attribute> attributes, size_t output_count,
                                                  const std::vector<bool>& wanted) {
   builder_.use_function(name);
-  std::vector<std::string> outputs = builder_.add_node(std::move(name), std::string(kOnnxtrainDomain), std::move(inputs),
-                                                       std::move(attributes), output_count);
+  std::vector<std::string> outputs = builder_.add_node(std::move(name), std::string(kOnnxtrainDomain),
+                                                       std::move(inputs), std::move(attributes), output_count);
   for (size_t i = 0; i < wanted.size() && i < outputs.size(); ++i) {
     if (wanted[i]) continue;
     outputs[i].clear();
@@ -126,6 +126,22 @@ std::vector<std::string> GradientContext::call_n(std::string name, std::vector<s
   }
   // Omitted outputs stay as "" (onnxruntime's function inlining fails on a call with fewer
   // outputs than the function declares).
+  return outputs;
+}
+
+std::vector<std::string> GradientContext::emit_kernel_op(std::string name, std::vector<std::string> inputs,
+                                                         std::vector<ir::Attribute> attributes, size_t output_count,
+                                                         const std::vector<bool>& wanted) {
+  ir::Model& model = builder_.model_;
+  const std::string domain(kOnnxtrainDomain);
+  if (!model.opset(domain)) model.opset_imports.push_back({domain, 1});
+  std::vector<std::string> outputs =
+      builder_.add_node(std::move(name), domain, std::move(inputs), std::move(attributes), output_count);
+  for (size_t i = 0; i < wanted.size() && i < outputs.size(); ++i) {
+    if (wanted[i]) continue;
+    outputs[i].clear();
+    builder_.backward_nodes_.back().outputs[i].clear();
+  }
   return outputs;
 }
 

@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "ir/functions.h"
-#include "ir/shape_inference.h"
 #include "ir/graph.h"
+#include "ir/shape_inference.h"
 
 namespace onnxtrain::autodiff {
 
@@ -84,6 +84,14 @@ class GradientContext {
   std::vector<std::string> call_n(std::string name, std::vector<std::string> inputs,
                                   std::vector<ir::Attribute> attributes, size_t output_count,
                                   const std::vector<bool>& wanted = {});
+
+  // A node of the org.onnxtrain op `name` that has a kernel (src/ops/cpu) and no
+  // standard-ONNX body: the gradients of the recurrent nets, whose backpropagation through
+  // time loops over the steps (a body would need Loop). The gradient graph then runs on
+  // onnxtrain only. `wanted` as in call_n.
+  std::vector<std::string> emit_kernel_op(std::string name, std::vector<std::string> inputs,
+                                          std::vector<ir::Attribute> attributes, size_t output_count,
+                                          const std::vector<bool>& wanted = {});
 
   // --- helpers
   // Shape(value); emitted once per value, right after the value is computed, so that the

@@ -11,6 +11,9 @@ one place and a fix shows up as a red test until the table is updated:
   is removed.
 - NOT_COMPARABLE: tests whose expected outputs no runtime can be held to (for
   example outputs drawn from a random generator). They are skipped for every backend.
+- RANDOM_PROPERTY_CHECKS: tests whose outputs are random; they run, and their outputs
+  are checked for properties (range, consistency with the inputs, counts within 6
+  standard deviations) instead of values.
 - TOLERANCES: per-test (rtol, atol) where the defaults below are not fair to the
   test, with the reason in a comment.
 """
@@ -60,29 +63,53 @@ SUPPORTED_DTYPES: frozenset[str] = frozenset(
 # expected as 20, and onnxruntime gives -128 too).
 _QLINEARMATMUL_WRAPS = "expected output wraps out-of-range values (onnx.reference skips the spec's saturation)"
 
+_NOT_DECODED = "onnxtrain's ImageDecoder decodes BMP, PNG and PNM only; it refuses this format with an error"
+
 #: test name -> why it fails today.
 KNOWN_FAILURES: dict[str, str] = {
+    "test_image_decoder_decode_jpeg2k_rgb": _NOT_DECODED,
+    "test_image_decoder_decode_jpeg_bgr": _NOT_DECODED,
+    "test_image_decoder_decode_jpeg_grayscale": _NOT_DECODED,
+    "test_image_decoder_decode_jpeg_rgb": _NOT_DECODED,
+    "test_image_decoder_decode_tiff_rgb": _NOT_DECODED,
+    "test_image_decoder_decode_webp_rgb": _NOT_DECODED,
+    # onnx/backend/test/case/node/adam.py computes this case's expected outputs with
+    # epsilon=1e-2 but leaves the attribute off the node, so the spec's default (1e-6)
+    # applies; the expected X1_new (0.75914) is what epsilon=1e-2 gives, 0.75596 the default.
+    "test_adam_multiple": "expected outputs computed with epsilon=1e-2, which the node does not set",
     "test_qlinearmatmul_2D_int8_float16": _QLINEARMATMUL_WRAPS,
     "test_qlinearmatmul_2D_int8_float32": _QLINEARMATMUL_WRAPS,
     "test_qlinearmatmul_3D_int8_float16": _QLINEARMATMUL_WRAPS,
     "test_qlinearmatmul_3D_int8_float32": _QLINEARMATMUL_WRAPS,
 }
 
-_RANDOM = "output drawn from a random generator; ONNX does not specify the generator"
-
 #: test name -> why its expected outputs cannot be compared on any runtime.
-NOT_COMPARABLE: dict[str, str] = {
-    "test_bernoulli": _RANDOM,
-    "test_bernoulli_double": _RANDOM,
-    "test_bernoulli_seed": _RANDOM,
-    "test_bernoulli_expanded": _RANDOM,
-    "test_bernoulli_double_expanded": _RANDOM,
-    "test_bernoulli_seed_expanded": _RANDOM,
-    # Dropout with training_mode=true and ratio > 0 (the zero-ratio tests remain).
-    "test_training_dropout": _RANDOM,
-    "test_training_dropout_default": _RANDOM,
-    "test_training_dropout_default_mask": _RANDOM,
-    "test_training_dropout_mask": _RANDOM,
+NOT_COMPARABLE: dict[str, str] = {}
+
+# Random outputs: ONNX does not specify the generator, so the expected values are one
+# draw of onnx.reference's numpy generator that no other runtime can reproduce. These
+# tests run, and their outputs are held to properties every correct generator has
+# (onnx_backend_runner.RANDOM_CHECKS says what each check verifies); the report lists
+# them apart, as passed by property, not by value.
+_BERNOULLI = "bernoulli"
+# The ONNX function body of Bernoulli is Cast(Greater(RandomUniformLike(p), p)): it draws 1
+# with probability 1 - p, so its outputs are only checked to be 0 or 1.
+_BERNOULLI_BODY = "zero_or_one"
+_DROPOUT = "dropout"
+
+#: test name -> the property check (a key of onnx_backend_runner.RANDOM_CHECKS).
+RANDOM_PROPERTY_CHECKS: dict[str, str] = {
+    "test_bernoulli": _BERNOULLI,
+    "test_bernoulli_double": _BERNOULLI,
+    "test_bernoulli_seed": _BERNOULLI,
+    "test_bernoulli_expanded": _BERNOULLI_BODY,
+    "test_bernoulli_double_expanded": _BERNOULLI_BODY,
+    "test_bernoulli_seed_expanded": _BERNOULLI_BODY,
+    # Dropout with training_mode=true and ratio > 0 (the zero-ratio tests compare values).
+    "test_training_dropout": _DROPOUT,
+    "test_training_dropout_default": _DROPOUT,
+    "test_training_dropout_default_mask": _DROPOUT,
+    "test_training_dropout_mask": _DROPOUT,
 }
 
 # DFT/STFT outputs reach |y| ~ 1e3, and values the float64 reference computes as

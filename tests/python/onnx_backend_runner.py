@@ -10,7 +10,8 @@ holding `input_<i>.pb` / `output_<i>.pb` TensorProtos. For every test this modul
    must be tensors; otherwise the test is *skipped* with the reason;
 2. runs it: `InferenceSession(model path)`, `run(None, feeds)`;
 3. compares like ONNX's own backend runner: same count, dtype and shape; floats within
-   rtol/atol (NaN equals NaN); integers and booleans exactly.
+   rtol/atol (NaN equals NaN); integers and booleans exactly. Random outputs (listed in
+   backend_expectations.RANDOM_PROPERTY_CHECKS) are checked for properties instead.
 
 Both `test_onnx_backend.py` and `tools/backend_report.py` use `BackendTestRunner`,
 which runs each test once and remembers the outcome. With `isolate=True` tests run in
@@ -449,12 +450,16 @@ def execute(name: str, backend: Backend) -> str | None:
         session = backend.InferenceSession(str(NODE_DIR / name / "model.onnx"))
     except Exception as error:  # any error fails the test
         return f"load: {describe_error(error)}"
+    random_check = expectations.RANDOM_PROPERTY_CHECKS.get(name)
     for data_set, feeds, expected in load_data_sets(name):
         try:
             actual = session.run(None, feeds)
         except Exception as error:
             return f"run ({data_set}): {describe_error(error)}"
-        problem = compare_outputs(expected, actual, output_names, rtol, atol)
+        if random_check is None:
+            problem = compare_outputs(expected, actual, output_names, rtol, atol)
+        else:
+            problem = check_random_outputs(random_check, list(feeds.values()), expected, actual)
         if problem:
             return f"mismatch ({data_set}): {problem}"
     return None
@@ -518,6 +523,104 @@ def describe_differences(expected: Array, actual: Array, bad: Array, how: str) -
         f"{int(bad.sum())} of {bad.size} values {how}; first at {first}: "
         f"got {actual[first]!r}, expected {expected[first]!r}"
     )
+
+
+# --- random outputs, checked by property ---------------------------------------------
+
+#: Sigmas a count may stray from its expectation before a random check fails: a false
+#: alarm about once in 10^9 checks.
+RANDOM_SIGMAS = 6.0
+
+
+def _within_sigmas(count: float, mean: float, variance: float) -> str | None:
+    """None when a count is within RANDOM_SIGMAS standard deviations (+1 for rounding)."""
+    limit = RANDOM_SIGMAS * float(np.sqrt(variance)) + 1.0
+    if abs(count - mean) <= limit:
+        return None
+    return f"count {count:g} is more than {limit:.3g} from its expectation {mean:.3g}"
+
+
+def _check_zero_or_one(inputs: Sequence[Array], outputs: Sequence[Array]) -> str | None:
+    y = outputs[0].astype(np.float64)
+    if not np.isin(y, (0.0, 1.0)).all():
+        return "values other than 0 and 1"
+    return None
+
+
+def _check_bernoulli(inputs: Sequence[Array], outputs: Sequence[Array]) -> str | None:
+    problem = _check_zero_or_one(inputs, outputs)
+    if problem:
+        return problem
+    p, y = inputs[0].astype(np.float64), outputs[0].astype(np.float64)
+    if (y[p == 0] != 0).any() or (y[p == 1] != 1).any():
+        return "a 1 where p = 0 or a 0 where p = 1"
+    return _within_sigmas(float(y.sum()), float(p.sum()), float((p * (1 - p)).sum()))
+
+
+def _check_dropout(inputs: Sequence[Array], outputs: Sequence[Array]) -> str | None:
+    x = inputs[0].astype(np.float64)
+    ratio = float(inputs[1]) if len(inputs) > 1 else 0.5
+    y = outputs[0].astype(np.float64)
+    scaled = x / (1 - ratio)
+    kept = np.isclose(y, scaled, rtol=1e-6, atol=0) & (x != 0)
+    if not (kept | (y == 0)).all():
+        return "an output that is neither 0 nor x / (1 - ratio)"
+    if len(outputs) > 1:
+        mask = outputs[1]
+        if mask.dtype != np.bool_:
+            return f"mask of dtype {mask.dtype}, expected bool"
+        if not np.allclose(np.where(mask, scaled, 0.0), y, rtol=1e-6, atol=0):
+            return "output differs from where(mask, x / (1 - ratio), 0)"
+        kept_count = float(mask.sum())
+    else:
+        kept_count = float(kept.sum())  # a kept zero reads as dropped: a slight undercount
+        kept_count += float((x == 0).sum()) * (1 - ratio)
+    n = x.size
+    return _within_sigmas(kept_count, n * (1 - ratio), n * ratio * (1 - ratio))
+
+
+#: The property checks of backend_expectations.RANDOM_PROPERTY_CHECKS: what each verifies
+#: (for the report) and the function. Dtypes, shapes and output counts are checked first.
+RANDOM_CHECKS: dict[str, tuple[str, Callable[[Sequence[Array], Sequence[Array]], str | None]]] = {
+    "bernoulli": (
+        "values 0 or 1; 0 where p = 0, 1 where p = 1; count of ones within 6 sigma of sum(p)",
+        _check_bernoulli,
+    ),
+    "zero_or_one": ("values 0 or 1 (ONNX's function body draws 1 with probability 1 - p)",
+                    _check_zero_or_one),
+    "dropout": (
+        "each output 0 or x / (1 - ratio); mask consistent with the output; kept count within "
+        "6 sigma of n (1 - ratio)",
+        _check_dropout,
+    ),
+}
+
+
+def check_random_outputs(
+    check: str,
+    inputs: Sequence[Array],
+    expected: Sequence[Array],
+    actual: Sequence[Any],
+) -> str | None:
+    """None when random outputs have the expected count, dtypes and shapes and pass the
+    property check `check`, else what is wrong."""
+    if not isinstance(actual, (list, tuple)):
+        return f"run returned a {type(actual).__name__}, expected a list of arrays"
+    if len(actual) != len(expected):
+        return f"{len(actual)} outputs, expected {len(expected)}"
+    for i, (want, got) in enumerate(zip(expected, actual)):
+        if not isinstance(got, np.ndarray):
+            return f"output {i}: got a {type(got).__name__}, expected a numpy array"
+        if got.dtype != want.dtype or got.shape != want.shape:
+            return f"output {i}: {got.dtype}{got.shape}, expected {want.dtype}{want.shape}"
+    problem = RANDOM_CHECKS[check][1](inputs, actual)
+    return f"random check '{check}': {problem}" if problem else None
+
+
+def random_check_description(name: str) -> str | None:
+    """What a random test's outputs are checked for, or None for a test compared by value."""
+    check = expectations.RANDOM_PROPERTY_CHECKS.get(name)
+    return None if check is None else RANDOM_CHECKS[check][0]
 
 
 def run_case(name: str, backend: Backend, kernels: KernelTable) -> Outcome:

@@ -99,6 +99,7 @@ def test_expectation_tables_are_current() -> None:
         "KNOWN_FAILURES": expectations.KNOWN_FAILURES,
         "NOT_COMPARABLE": expectations.NOT_COMPARABLE,
         "TOLERANCES": expectations.TOLERANCES,
+        "RANDOM_PROPERTY_CHECKS": expectations.RANDOM_PROPERTY_CHECKS,
     }
     existing = set(CASE_NAMES)
     for table_name, table in tables.items():
@@ -107,6 +108,12 @@ def test_expectation_tables_are_current() -> None:
     for table_name in ("KNOWN_FAILURES", "NOT_COMPARABLE"):
         blank = sorted(name for name, reason in tables[table_name].items() if not reason.strip())
         assert not blank, f"{table_name} entries without a reason: {blank}"
+    unknown_checks = sorted(
+        f"{name}: {check}"
+        for name, check in expectations.RANDOM_PROPERTY_CHECKS.items()
+        if check not in backend_runner.RANDOM_CHECKS
+    )
+    assert not unknown_checks, f"RANDOM_PROPERTY_CHECKS names checks that do not exist: {unknown_checks}"
     skipped = sorted(
         n for n in expectations.KNOWN_FAILURES if not RUNNER.applicability(n).applicable
     )
