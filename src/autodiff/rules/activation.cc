@@ -226,6 +226,28 @@ void dropout(GradientContext& g) {
   g.set_input_grad(0, g.emit("Where", {mask, g.emit("Mul", {dy, scale}), g.scalar(0, dy)}));
 }
 
+// Swish: d/dx x s(a x) = s + a x s (1 - s), s = sigmoid(a x).
+void swish(GradientContext& g) {
+  const std::string dy = g.grad_of_output(0);
+  if (dy.empty() || !g.needs_grad(0)) return;
+  const std::string x = g.input(0);
+  const std::string ax = g.emit("Mul", {x, g.scalar(g.attr_float("alpha", 1.0f), x)});
+  const std::string s = g.emit("Sigmoid", {ax});
+  const std::string tail = g.emit("Mul", {g.emit("Mul", {ax, s}), g.emit("Sub", {g.scalar(1, x), s})});
+  g.set_input_grad(0, g.emit("Mul", {dy, g.emit("Add", {s, tail})}));
+}
+
+// Shrink: slope 1 outside [-lambd, lambd], 0 inside.
+void shrink(GradientContext& g) {
+  const std::string dy = g.grad_of_output(0);
+  if (dy.empty() || !g.needs_grad(0)) return;
+  const std::string x = g.input(0);
+  const double lambd = g.attr_float("lambd", 0.5f);
+  const std::string outside =
+      g.emit("Or", {g.emit("Less", {x, g.scalar(-lambd, x)}), g.emit("Greater", {x, g.scalar(lambd, x)})});
+  g.set_input_grad(0, g.emit("Where", {outside, dy, g.scalar(0, dy)}));
+}
+
 const RuleRegistration kActivationRules{
     {"Relu", relu},
     {"Sigmoid", sigmoid},
@@ -239,6 +261,8 @@ const RuleRegistration kActivationRules{
     {"Softmax", softmax},
     {"LogSoftmax", log_softmax},
     {"Dropout", dropout},
+    {"Swish", swish},
+    {"Shrink", shrink},
 };
 
 const RuleRegistration kFusedActivationRules{{{"Gelu", fused_gelu}, {"GeluTanh", fused_gelu_tanh}}, kOnnxtrainDomain};

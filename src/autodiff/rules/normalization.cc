@@ -313,11 +313,35 @@ void rms_normalization(GradientContext& g) {
   if (g.needs_grad(1)) g.set_input_grad(1, g.reduce_to_shape(grads[1], g.input(1)));
 }
 
+// MeanVarianceNormalization: y = d / s, d = x - mean(x), s = sigma + 1e-9, sigma the
+// root of mean(d^2), all over `axes`. With g = dY:
+//   dL/dd = g / s - d mean(g d) / (s^2 sigma),   dX = dL/dd - mean(dL/dd).
+void mean_variance_normalization(GradientContext& g) {
+  const std::string dy = g.grad_of_output(0);
+  if (dy.empty() || !g.needs_grad(0)) return;
+  const std::string x = g.input(0);
+  const std::vector<int64_t> axes = g.attr_ints("axes", {0, 2, 3});
+  auto sum = [&](const std::string& v) {  // gradient graphs have opset 13 or later: axes as an input
+    return g.emit("ReduceSum", {v, g.ints(axes)}, {attr("keepdims", int64_t{1})});
+  };
+  const std::string sum_x = sum(x);
+  const std::string count = g.cast_like(g.emit("Div", {g.emit("Size", {x}), g.emit("Size", {sum_x})}), x);
+  auto mean = [&](const std::string& v) { return g.emit("Div", {sum(v), count}); };
+  const std::string d = g.emit("Sub", {x, g.emit("Div", {sum_x, count})});
+  const std::string sigma = g.emit("Sqrt", {mean(g.emit("Mul", {d, d}))});
+  const std::string s = g.emit("Add", {sigma, g.scalar(1e-9, x)});
+  const std::string correction =
+      g.emit("Div", {g.emit("Mul", {d, mean(g.emit("Mul", {dy, d}))}), g.emit("Mul", {g.emit("Mul", {s, s}), sigma})});
+  const std::string dd = g.emit("Sub", {g.emit("Div", {dy, s}), correction});
+  g.set_input_grad(0, g.emit("Sub", {dd, mean(dd)}));
+}
+
 const RuleRegistration kNormalizationRules{
     {"LayerNormalization", layer_normalization},
     {"BatchNormalization", batch_normalization},
     {"InstanceNormalization", instance_normalization},
     {"GroupNormalization", group_normalization},
+    {"MeanVarianceNormalization", mean_variance_normalization},
 };
 
 const RuleRegistration kRMSNormalizationRules{{"RMSNormalization", rms_normalization}};

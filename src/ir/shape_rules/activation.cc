@@ -16,7 +16,7 @@ const ShapeRuleRegistration kActivationShapes{{
     {"Sigmoid", same_as_input},  {"HardSigmoid", same_as_input}, {"HardSwish", same_as_input},
     {"Softplus", same_as_input}, {"Softsign", same_as_input},  {"Mish", same_as_input},
     {"Gelu", same_as_input},     {"Shrink", same_as_input},    {"PRelu", broadcasting},
-    {"Dropout", dropout},
+    {"Swish", same_as_input},    {"Dropout", dropout},
 }};
 
 }  // namespace

@@ -131,6 +131,37 @@ const KernelRegistration kMish{"", "Mish", 18, kLatestOpset, [](const KernelInfo
                                  return float_activation([](auto x) { return x * vector_math::tanh(softplus(x)); });
                                }};
 
+// Swish (opset 24): x * sigmoid(alpha x).
+const KernelRegistration kSwish{"", "Swish", 24, kLatestOpset, [](const KernelInfo& info) {
+                                  const float alpha = info.float_attribute("alpha", 1.0f);
+                                  return float_activation([alpha](auto x) {
+                                    using F = decltype(x);
+                                    return x * vector_math::sigmoid(F(alpha) * x);
+                                  });
+                                }};
+
+// Shrink: x + bias below -lambd, x - bias above lambd, 0 between; integers compute in
+// double and truncate, as numpy's cast does.
+const KernelRegistration kShrink{
+    "", "Shrink", 9, kLatestOpset, [](const KernelInfo& info) {
+      const float bias = info.float_attribute("bias", 0.0f), lambd = info.float_attribute("lambd", 0.5f);
+      return make_kernel([bias, lambd](KernelContext& ctx) {
+        dispatch<ONNXTRAIN_FLOAT_TYPES, ONNXTRAIN_INT_TYPES>(ctx.input(0).dtype(), "Shrink", [&]<typename T>() {
+          unary<T>(ctx, [bias, lambd](auto x) {
+            using F = decltype(x);
+            if constexpr (std::is_floating_point_v<F>) {
+              const F below = x + F(bias), above = x - F(bias);
+              return x < F(-lambd) ? below : (x > F(lambd) ? above : F(0));
+            } else {
+              const double v = static_cast<double>(x);
+              const double y = v < -double(lambd) ? v + double(bias) : (v > double(lambd) ? v - double(bias) : 0.0);
+              return static_cast<F>(y);
+            }
+          });
+        });
+      });
+    }};
+
 std::unique_ptr<OpKernel> gelu(bool tanh) {
   if (tanh) {
     return float_activation([](auto x) {

@@ -1,7 +1,7 @@
 // Normalizations: BatchNormalization (inference and training mode), LayerNormalization,
-// InstanceNormalization, GroupNormalization, LpNormalization and RMSNormalization, and
-// onnxruntime-training's SimplifiedLayerNormalization (its RMSNorm); their gradient kernels
-// are in normalization_grad.cc.
+// InstanceNormalization, GroupNormalization, LpNormalization, RMSNormalization and
+// MeanVarianceNormalization, and onnxruntime-training's SimplifiedLayerNormalization (its
+// RMSNorm); their gradient kernels are in normalization_grad.cc.
 //
 // All run plain loops: statistics in two passes (the mean, then the mean squared
 // deviation, which stays accurate when the mean is large), then one affine pass
@@ -26,17 +26,9 @@ namespace {
 
 using normalization::check_float;
 using normalization::simplified_rows;
+using normalization::store;
 using normalization::SimplifiedRows;
 using normalization::values_as;
-
-// Writes C values into a float tensor of any float type.
-template <typename C>
-void store(const std::vector<C>& values, Tensor& t) {
-  dispatch<float, double, Float16, BFloat16>(t.dtype(), "store", [&]<typename T>() {
-    T* p = t.data<T>();
-    for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<T>(static_cast<compute_type_t<T>>(values[i]));
-  });
-}
 
 // Statistics accumulate in double for float64 and in float otherwise (ONNX's stash type).
 template <typename T>
@@ -640,6 +632,61 @@ const KernelRegistration kSimplifiedLayerNormalization{
                   if (iv) iv[row] = static_cast<U>(1 / root);
                 }
               });
+        });
+      });
+    }};
+
+// MeanVarianceNormalization: (x - mean) / (sqrt(variance) + 1e-9) over `axes` (default
+// N, H, W), as the spec's function body computes it (variance = E[x^2] - E[x]^2 there; two
+// passes here, which agree up to rounding and stay accurate for large means).
+const KernelRegistration kMeanVarianceNormalization{
+    "", "MeanVarianceNormalization", 9, kLatestOpset, [](const KernelInfo& info) {
+      const std::vector<int64_t> axes = info.ints_attribute("axes", std::vector<int64_t>{0, 2, 3});
+      return make_kernel([axes](KernelContext& ctx) {
+        const Tensor& x = ctx.input(0);
+        const int64_t rank = static_cast<int64_t>(x.rank());
+        std::vector<bool> reduced(x.rank(), false);
+        for (int64_t a : axes) reduced[static_cast<size_t>(normalize_axis(ctx, a, rank))] = true;
+        Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
+        if (x.numel() == 0) return;
+        // Each element's group: its coordinates along the axes that are not reduced.
+        std::vector<int64_t> group_of(static_cast<size_t>(x.numel()));
+        int64_t groups = 1;
+        {
+          std::vector<int64_t> kept_strides(x.rank(), 0);
+          for (int64_t a = rank - 1; a >= 0; --a) {
+            if (reduced[static_cast<size_t>(a)]) continue;
+            kept_strides[static_cast<size_t>(a)] = groups;
+            groups *= x.dim(a);
+          }
+          for (int64_t i = 0; i < x.numel(); ++i) {
+            int64_t rest = i, group = 0;
+            for (int64_t a = rank - 1; a >= 0; --a) {
+              group += rest % x.dim(a) * kept_strides[static_cast<size_t>(a)];
+              rest /= x.dim(a);
+            }
+            group_of[static_cast<size_t>(i)] = group;
+          }
+        }
+        const double count = static_cast<double>(x.numel() / groups);
+        dispatch<float, double, Float16, BFloat16>(x.dtype(), "MeanVarianceNormalization", [&]<typename T>() {
+          using C = compute_type_t<T>;
+          const T* px = x.data<T>();
+          T* py = y.data<T>();
+          std::vector<double> mean(static_cast<size_t>(groups), 0.0), deviation(static_cast<size_t>(groups), 0.0);
+          for (int64_t i = 0; i < x.numel(); ++i)
+            mean[static_cast<size_t>(group_of[static_cast<size_t>(i)])] += double(C(px[i]));
+          for (double& m : mean) m /= count;
+          for (int64_t i = 0; i < x.numel(); ++i) {
+            const size_t g = static_cast<size_t>(group_of[static_cast<size_t>(i)]);
+            const double d = double(C(px[i])) - mean[g];
+            deviation[g] += d * d;
+          }
+          for (double& d : deviation) d = std::sqrt(d / count) + 1e-9;
+          for (int64_t i = 0; i < x.numel(); ++i) {
+            const size_t g = static_cast<size_t>(group_of[static_cast<size_t>(i)]);
+            py[i] = static_cast<T>(static_cast<C>((double(C(px[i])) - mean[g]) / deviation[g]));
+          }
         });
       });
     }};

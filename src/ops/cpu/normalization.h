@@ -26,6 +26,15 @@ std::vector<C> values_as(const Tensor& t, std::string_view what) {
   return out;
 }
 
+// Writes C values into a float tensor of any float type.
+template <typename C>
+void store(const std::vector<C>& values, Tensor& t) {
+  dispatch<float, double, Float16, BFloat16>(t.dtype(), "store", [&]<typename T>() {
+    T* p = t.data<T>();
+    for (size_t i = 0; i < values.size(); ++i) p[i] = static_cast<T>(static_cast<compute_type_t<T>>(values[i]));
+  });
+}
+
 // Fails unless `t` holds a floating-point type (float, double, float16, bfloat16).
 inline void check_float(const KernelContext& ctx, const Tensor& t, const char* name) {
   const DType d = t.dtype();
