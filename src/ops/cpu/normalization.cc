@@ -26,8 +26,8 @@ namespace {
 
 using normalization::check_float;
 using normalization::simplified_rows;
-using normalization::store;
 using normalization::SimplifiedRows;
+using normalization::store;
 using normalization::values_as;
 
 // Statistics accumulate in double for float64 and in float otherwise (ONNX's stash type).

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "ops/cpu/axis.h"
 #include "ops/kernel_registry.h"
 
 namespace onnxtrain {
@@ -83,16 +84,11 @@ const KernelRegistration kUnique{"", "Unique", 11, kLatestOpset, [](const Kernel
                                      int64_t outer = 1, rows = x.numel(), inner = 1;
                                      int64_t axis = 0;
                                      if (has_axis) {
-                                       const int64_t rank = static_cast<int64_t>(x.rank());
-                                       axis = axis_attribute < 0 ? axis_attribute + rank : axis_attribute;
-                                       if (axis < 0 || axis >= rank) {
-                                         ctx.fail("axis " + std::to_string(axis_attribute) + " is outside [-" +
-                                                  std::to_string(rank) + ", " + std::to_string(rank) + ") for X " +
-                                                  shape_string(x.shape()));
-                                       }
-                                       rows = x.dim(axis);
-                                       for (int64_t a = 0; a < axis; ++a) outer *= x.dim(a);
-                                       for (int64_t a = axis + 1; a < rank; ++a) inner *= x.dim(a);
+                                       axis = normalize_axis(ctx, axis_attribute, static_cast<int64_t>(x.rank()));
+                                       const AxisView view = axis_view(x.shape(), static_cast<size_t>(axis));
+                                       outer = view.outer;
+                                       rows = view.length;
+                                       inner = view.inner;
                                      }
                                      dispatch<ONNXTRAIN_NUMERIC_TYPES, bool>(x.dtype(), "Unique", [&]<typename T>() {
                                        const T* px = x.data<T>();

@@ -81,8 +81,8 @@ def exported(tmp_path_factory):
     trainable = [i.name for i in model.graph.initializer if i.name in params]
     assert len(trainable) == 4
     artifacts.generate_artifacts(str(path), requires_grad=trainable, frozen_params=None,
-                                 loss=artifacts.LossType.CrossEntropyLoss, optimizer=optim.AdamW(eps=1e-8,
-                                                                                              weight_decay=0.0),
+                                 loss=artifacts.LossType.CrossEntropyLoss, optimizer=optim.AdamW(eps=1e-8, weight_decay=0.0,
+                                                                                              mode="torch"),
                                  artifact_directory=folder)
     return folder, net
 
