@@ -56,7 +56,7 @@ struct BFloat16 {
   static uint16_t from_float(float value) {
     const uint32_t f = std::bit_cast<uint32_t>(value);
     if ((f & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((f >> 16) | 0x40u);  // nan
-    const uint32_t rounding = 0x7fffu + ((f >> 16) & 1u);  // round to nearest even
+    const uint32_t rounding = 0x7fffu + ((f >> 16) & 1u);                                  // round to nearest even
     return static_cast<uint16_t>((f + rounding) >> 16);
   }
 };

@@ -21,7 +21,9 @@ void build_gradient_graph(const std::filesystem::path& model_path, const std::fi
   ir::save_model(autodiff::build_gradient_graph(ir::load_model(model_path), request), output_path);
 }
 
-std::vector<std::pair<std::string, std::string>> differentiable_ops() { return autodiff::RuleTable::global().all(); }
+std::vector<std::pair<std::string, std::string>> differentiable_ops() {
+  return autodiff::RuleTable::global().all();
+}
 
 std::string function_library(int64_t opset) {
   ir::Model model;

@@ -142,7 +142,6 @@ void bind_artifacts(nb::module_& m) {
       },
       "parameters"_a, "options"_a,
       "The optimizer model (serialized) updating the given parameters (name, ONNX element type, shape).");
-
 }
 
 }  // namespace onnxtrain::bindings

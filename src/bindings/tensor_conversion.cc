@@ -1,10 +1,9 @@
 #include "bindings/tensor_conversion.h"
 
 #include <nanobind/stl/string.h>
+#include <onnxtrain/packed.h>
 
 #include <algorithm>
-
-#include <onnxtrain/packed.h>
 
 namespace nb = nanobind;
 

@@ -41,9 +41,8 @@ TrainingAgent make_agent(nb::object model, std::vector<std::string> forward_outp
 
 void bind_training_agent(nb::module_& m) {
   nb::class_<PendingRun>(m, "RunState")
-      .def_prop_ro(
-          "backward_pending",
-          [](const PendingRun& run) { return run.state && TrainingAgent::backward_pending(*run.state); })
+      .def_prop_ro("backward_pending",
+                   [](const PendingRun& run) { return run.state && TrainingAgent::backward_pending(*run.state); })
       .def("release", [](PendingRun& run) {
         run.state.reset();
         run.feeds.clear();

@@ -5,9 +5,9 @@
 
 #include <onnxtrain/tensor.h>
 
+#include <optional>
 #include <string>
 #include <string_view>
-#include <optional>
 #include <tuple>
 #include <type_traits>
 
@@ -21,7 +21,8 @@ std::string dtype_list() {
 }
 
 template <typename F, typename... Ts>
-using dispatch_result_t = decltype(std::declval<F&>().template operator()<std::tuple_element_t<0, std::tuple<Ts...>>>());
+using dispatch_result_t =
+    decltype(std::declval<F&>().template operator()<std::tuple_element_t<0, std::tuple<Ts...>>>());
 
 template <typename... Ts, typename F>
 dispatch_result_t<F, Ts...> dispatch(DType dtype, std::string_view what, F&& f) {
@@ -49,7 +50,6 @@ dispatch_result_t<F, Ts...> dispatch(DType dtype, std::string_view what, F&& f) 
 
 // The type arithmetic on T happens in: float for the 16-bit floats, T otherwise.
 template <typename T>
-using compute_type_t =
-    std::conditional_t<std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>, float, T>;
+using compute_type_t = std::conditional_t<std::is_same_v<T, Float16> || std::is_same_v<T, BFloat16>, float, T>;
 
 }  // namespace onnxtrain

@@ -30,7 +30,8 @@ size_t dtype_bits(DType dtype) noexcept {
     case DType::kUInt4:
     case DType::kFloat4E2M1:
       return 4;
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -40,20 +41,34 @@ size_t dtype_size(DType dtype) noexcept {
 
 std::string_view dtype_name(DType dtype) noexcept {
   switch (dtype) {
-    case DType::kFloat32: return "float";
-    case DType::kUInt8: return "uint8";
-    case DType::kInt8: return "int8";
-    case DType::kUInt16: return "uint16";
-    case DType::kInt16: return "int16";
-    case DType::kInt32: return "int32";
-    case DType::kInt64: return "int64";
-    case DType::kString: return "string";
-    case DType::kBool: return "bool";
-    case DType::kFloat16: return "float16";
-    case DType::kFloat64: return "double";
-    case DType::kUInt32: return "uint32";
-    case DType::kUInt64: return "uint64";
-    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat32:
+      return "float";
+    case DType::kUInt8:
+      return "uint8";
+    case DType::kInt8:
+      return "int8";
+    case DType::kUInt16:
+      return "uint16";
+    case DType::kInt16:
+      return "int16";
+    case DType::kInt32:
+      return "int32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kString:
+      return "string";
+    case DType::kBool:
+      return "bool";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kFloat64:
+      return "double";
+    case DType::kUInt32:
+      return "uint32";
+    case DType::kUInt64:
+      return "uint64";
+    case DType::kBFloat16:
+      return "bfloat16";
     case DType::kFloat8E4M3FN:
       return "float8e4m3fn";
     case DType::kFloat8E4M3FNUZ:
@@ -70,7 +85,8 @@ std::string_view dtype_name(DType dtype) noexcept {
       return "float4e2m1";
     case DType::kFloat8E8M0:
       return "float8e8m0";
-    default: return "undefined";
+    default:
+      return "undefined";
   }
 }
 
@@ -79,8 +95,7 @@ bool is_supported(DType dtype) noexcept {
 }
 
 bool is_floating(DType dtype) noexcept {
-  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 ||
-         dtype == DType::kBFloat16;
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
 }
 
 bool is_narrow_float(DType dtype) noexcept {
@@ -108,8 +123,10 @@ bool is_integer(DType dtype) noexcept {
     case DType::kUInt8:
     case DType::kUInt16:
     case DType::kUInt32:
-    case DType::kUInt64: return true;
-    default: return false;
+    case DType::kUInt64:
+      return true;
+    default:
+      return false;
   }
 }
 

@@ -1,3 +1,4 @@
+#include <onnxtrain/packed.h>
 #include <onnxtrain/tensor.h>
 #include <sys/mman.h>
 
@@ -9,7 +10,6 @@
 #include <vector>
 
 #include "core/dispatch.h"
-#include <onnxtrain/packed.h>
 
 namespace onnxtrain {
 
@@ -125,7 +125,9 @@ class MappedBlocks {
 
 }  // namespace
 
-uint64_t Storage::heap_allocation_count() noexcept { return heap_allocations.load(std::memory_order_relaxed); }
+uint64_t Storage::heap_allocation_count() noexcept {
+  return heap_allocations.load(std::memory_order_relaxed);
+}
 
 std::shared_ptr<Storage> Storage::allocate(size_t bytes) {
   heap_allocations.fetch_add(1, std::memory_order_relaxed);
@@ -145,7 +147,9 @@ std::shared_ptr<Storage> Storage::allocate(size_t bytes) {
                                    [data] { std::free(data); });
 }
 
-void Storage::release_kept_blocks() noexcept { MappedBlocks::instance().unmap_kept(); }
+void Storage::release_kept_blocks() noexcept {
+  MappedBlocks::instance().unmap_kept();
+}
 
 std::shared_ptr<Storage> Storage::borrow(void* data, size_t bytes, std::shared_ptr<void> keep_alive) {
   return std::make_shared<Storage>(static_cast<std::byte*>(data), bytes, StorageOrigin::kExternal,
@@ -156,8 +160,7 @@ Tensor::Tensor(DType dtype, Shape shape, std::shared_ptr<Storage> storage, size_
     : dtype_(dtype), shape_(std::move(shape)), storage_(std::move(storage)), offset_(byte_offset) {
   const size_t bytes = tensor_bytes(dtype_, shape_);
   if (!is_supported(dtype_)) {
-    throw Error("unsupported tensor element type " + std::string(dtype_name(dtype_)),
-                ErrorKind::kNotImplemented);
+    throw Error("unsupported tensor element type " + std::string(dtype_name(dtype_)), ErrorKind::kNotImplemented);
   }
   if (storage_ && (offset_ > storage_->bytes() || bytes > storage_->bytes() - offset_)) {
     throw Error("tensor of shape " + shape_string(shape_) + " does not fit its buffer");
@@ -166,8 +169,7 @@ Tensor::Tensor(DType dtype, Shape shape, std::shared_ptr<Storage> storage, size_
 
 Tensor Tensor::empty(DType dtype, Shape shape) {
   if (!is_supported(dtype)) {
-    throw Error("unsupported tensor element type " + std::string(dtype_name(dtype)),
-                ErrorKind::kNotImplemented);
+    throw Error("unsupported tensor element type " + std::string(dtype_name(dtype)), ErrorKind::kNotImplemented);
   }
   const size_t bytes = tensor_bytes(dtype, shape);
   return Tensor(dtype, std::move(shape), Storage::allocate(bytes));
@@ -182,8 +184,7 @@ Tensor Tensor::zeros(DType dtype, Shape shape) {
 int64_t Tensor::dim(int64_t axis) const {
   const auto r = static_cast<int64_t>(rank());
   if (axis < -r || axis >= r) {
-    throw Error("axis " + std::to_string(axis) + " is out of range for a tensor of rank " +
-                    std::to_string(r),
+    throw Error("axis " + std::to_string(axis) + " is out of range for a tensor of rank " + std::to_string(r),
                 ErrorKind::kInvalidArgument);
   }
   return shape_[static_cast<size_t>(axis < 0 ? axis + r : axis)];
@@ -191,8 +192,7 @@ int64_t Tensor::dim(int64_t axis) const {
 
 Tensor Tensor::reshaped(Shape shape) const {
   if (shape_size(shape) != numel()) {
-    throw Error("cannot reshape " + shape_string(shape_) + " to " + shape_string(shape),
-                ErrorKind::kInvalidArgument);
+    throw Error("cannot reshape " + shape_string(shape_) + " to " + shape_string(shape), ErrorKind::kInvalidArgument);
   }
   return Tensor(dtype_, std::move(shape), storage_, offset_);
 }
@@ -205,16 +205,14 @@ Tensor Tensor::clone() const {
 
 void Tensor::copy_from(const Tensor& source) {
   if (source.dtype_ != dtype_ || source.numel() != numel()) {
-    throw Error("copy_from: cannot copy " + std::string(dtype_name(source.dtype_)) +
-                shape_string(source.shape_) + " into " + std::string(dtype_name(dtype_)) +
-                shape_string(shape_));
+    throw Error("copy_from: cannot copy " + std::string(dtype_name(source.dtype_)) + shape_string(source.shape_) +
+                " into " + std::string(dtype_name(dtype_)) + shape_string(shape_));
   }
   if (nbytes() && raw_data() != source.raw_data()) std::memmove(raw_data(), source.raw_data(), nbytes());
 }
 
 void Tensor::throw_type_mismatch(DType requested) const {
-  throw Error("tensor holds " + std::string(dtype_name(dtype_)) + ", not " +
-              std::string(dtype_name(requested)));
+  throw Error("tensor holds " + std::string(dtype_name(dtype_)) + ", not " + std::string(dtype_name(requested)));
 }
 
 std::vector<int64_t> Tensor::to_int64_vector() const {
@@ -234,16 +232,14 @@ std::vector<int64_t> Tensor::to_int64_vector() const {
 
 int64_t Tensor::item_as_int64() const {
   if (numel() != 1) {
-    throw Error("expected a single value, got a tensor of shape " + shape_string(shape_),
-                ErrorKind::kInvalidArgument);
+    throw Error("expected a single value, got a tensor of shape " + shape_string(shape_), ErrorKind::kInvalidArgument);
   }
   return to_int64_vector()[0];
 }
 
 double Tensor::item_as_double() const {
   if (numel() != 1) {
-    throw Error("expected a single value, got a tensor of shape " + shape_string(shape_),
-                ErrorKind::kInvalidArgument);
+    throw Error("expected a single value, got a tensor of shape " + shape_string(shape_), ErrorKind::kInvalidArgument);
   }
   return dispatch<ONNXTRAIN_NUMERIC_TYPES, bool>(dtype_, "item_as_double", [&]<typename T>() {
     return static_cast<double>(static_cast<compute_type_t<T>>(data<T>()[0]));

@@ -50,6 +50,8 @@ std::string GraphEditor::add(std::string op_type, std::vector<std::string> input
   return graph_.nodes.back().outputs[0];
 }
 
-std::string GraphEditor::constant(Tensor value) { return add("Constant", {}, {attr("value", std::move(value))}); }
+std::string GraphEditor::constant(Tensor value) {
+  return add("Constant", {}, {attr("value", std::move(value))});
+}
 
 }  // namespace onnxtrain::ir

@@ -31,7 +31,9 @@ class Constants {
   std::unordered_map<std::string, size_t> index_;
 };
 
-bool is_folding_float(const Tensor& t) { return t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat64; }
+bool is_folding_float(const Tensor& t) {
+  return t.dtype() == DType::kFloat32 || t.dtype() == DType::kFloat64;
+}
 
 // W' and B' (see the header), computed in double.
 template <typename T>
@@ -42,8 +44,10 @@ void fold(Tensor& w, Tensor& b, const Tensor& scale, const Tensor& bias, const T
   T* wp = w.data<T>();
   T* bp = b.data<T>();
   for (int64_t c = 0; c < m; ++c) {
-    const double k = static_cast<double>(scale.data<T>()[c]) / std::sqrt(static_cast<double>(var.data<T>()[c]) + epsilon);
-    for (int64_t i = 0; i < per_channel; ++i) wp[c * per_channel + i] = static_cast<T>(static_cast<double>(wp[c * per_channel + i]) * k);
+    const double k =
+        static_cast<double>(scale.data<T>()[c]) / std::sqrt(static_cast<double>(var.data<T>()[c]) + epsilon);
+    for (int64_t i = 0; i < per_channel; ++i)
+      wp[c * per_channel + i] = static_cast<T>(static_cast<double>(wp[c * per_channel + i]) * k);
     bp[c] = static_cast<T>((static_cast<double>(bp[c]) - static_cast<double>(mean.data<T>()[c])) * k +
                            static_cast<double>(bias.data<T>()[c]));
   }
@@ -70,14 +74,16 @@ size_t fold_batch_norm_into_conv(ir::Model& model) {
   for (size_t index = 0; index < graph.nodes.size(); ++index) {
     const ir::Node& bn = graph.nodes[index];
     const ir::Attribute* training = bn.attribute("training_mode");
-    if (bn.op_type != "BatchNormalization" || !bn.domain.empty() || bn.inputs.size() != 5 || (training && training->i) ||
-        (bn.outputs.size() > 1 && !bn.outputs[1].empty()) || (bn.outputs.size() > 2 && !bn.outputs[2].empty())) {
+    if (bn.op_type != "BatchNormalization" || !bn.domain.empty() || bn.inputs.size() != 5 ||
+        (training && training->i) || (bn.outputs.size() > 1 && !bn.outputs[1].empty()) ||
+        (bn.outputs.size() > 2 && !bn.outputs[2].empty())) {
       continue;
     }
     auto p = producer.find(bn.inputs[0]);
     if (p == producer.end() || !read_once(bn.inputs[0])) continue;
     ir::Node& conv = graph.nodes[p->second];
-    if (conv.op_type != "Conv" || !conv.domain.empty() || conv.inputs.size() < 2 || !read_once(conv.inputs[1])) continue;
+    if (conv.op_type != "Conv" || !conv.domain.empty() || conv.inputs.size() < 2 || !read_once(conv.inputs[1]))
+      continue;
     const bool has_bias = conv.inputs.size() > 2 && !conv.inputs[2].empty();
     Tensor* w = constants.find(conv.inputs[1]);
     Tensor* b = has_bias ? constants.find(conv.inputs[2]) : nullptr;
@@ -113,9 +119,8 @@ size_t fold_batch_norm_into_conv(ir::Model& model) {
   for (auto& named : added) graph.initializers.push_back(std::move(named));
   // The unfolded weights and the normalizations' parameters, which nothing reads any more.
   const std::unordered_map<std::string, size_t> still_read = count_reads(graph);
-  std::erase_if(graph.initializers, [&](const auto& named) {
-    return replaced.contains(named.first) && !still_read.contains(named.first);
-  });
+  std::erase_if(graph.initializers,
+                [&](const auto& named) { return replaced.contains(named.first) && !still_read.contains(named.first); });
   return folded;
 }
 

@@ -65,7 +65,8 @@ class GraphIndex {
     for (size_t i = 0; i < graph.nodes.size(); ++i) {
       const ir::Node& node = graph.nodes[i];
       for (const std::string& out : node.outputs) producer_[out] = i;
-      if (node.op_type == "Constant" && node.domain.empty() && node.outputs.size() == 1 && node.attributes.size() == 1) {
+      if (node.op_type == "Constant" && node.domain.empty() && node.outputs.size() == 1 &&
+          node.attributes.size() == 1) {
         const ir::Attribute& a = node.attributes[0];
         if (a.name == "value" && a.t.defined() && a.t.numel() == 1) scalars_[node.outputs[0]] = a.t.item_as_double();
         if (a.name == "value_float") scalars_[node.outputs[0]] = a.f;
@@ -74,7 +75,8 @@ class GraphIndex {
     std::unordered_set<std::string> inputs;
     for (const ir::ValueInfo& v : graph.inputs) inputs.insert(v.name);
     for (const auto& [name, tensor] : graph.initializers) {
-      if (!inputs.contains(name) && tensor.numel() == 1 && is_float(tensor.dtype())) scalars_[name] = tensor.item_as_double();
+      if (!inputs.contains(name) && tensor.numel() == 1 && is_float(tensor.dtype()))
+        scalars_[name] = tensor.item_as_double();
     }
   }
 
@@ -131,8 +133,8 @@ class GraphIndex {
 };
 
 struct Match {
-  std::string x;                 // the GELU's input
-  const ir::Node* last;          // the node whose output becomes the Gelu's
+  std::string x;         // the GELU's input
+  const ir::Node* last;  // the node whose output becomes the Gelu's
   std::vector<const ir::Node*> nodes;
 };
 
@@ -165,7 +167,8 @@ std::optional<Match> match_erf(const GraphIndex& index, const ir::Node& erf) {
   if (erf.inputs.size() != 1 || erf.outputs.size() != 1) return std::nullopt;
   Match match;
   match.nodes.push_back(&erf);
-  if (const ir::Node* div = index.single_use(erf.inputs[0], "Div"); div && index.other_than(*div, std::sqrt(2.0), false)) {
+  if (const ir::Node* div = index.single_use(erf.inputs[0], "Div");
+      div && index.other_than(*div, std::sqrt(2.0), false)) {
     match.x = div->inputs[0];
     match.nodes.push_back(div);
   } else if (const ir::Node* mul = index.single_use(erf.inputs[0], "Mul")) {
@@ -265,8 +268,8 @@ size_t fuse_gelu(ir::Model& model, std::span<const std::string> keep) {
   std::set<std::string> intermediates;               // values that no longer exist
   const ir::Node* base = graph.nodes.data();
   for (const Match& match : matches) {
-    const bool tanh = std::any_of(match.nodes.begin(), match.nodes.end(),
-                                  [](const ir::Node* n) { return n->op_type == "Tanh"; });
+    const bool tanh =
+        std::any_of(match.nodes.begin(), match.nodes.end(), [](const ir::Node* n) { return n->op_type == "Tanh"; });
     ir::Node gelu;
     gelu.name = match.last->name;
     gelu.inputs = {match.x};

@@ -55,11 +55,16 @@ void constants_to_initializers(ir::Model& model) {
     std::optional<Tensor> value;
     if (is_constant) {
       const ir::Attribute& a = node.attributes[0];
-      if (a.name == "value" && a.t.defined()) value = a.t;
-      else if (a.name == "value_float") value = Tensor::scalar<float>(a.f);
-      else if (a.name == "value_int") value = Tensor::scalar<int64_t>(a.i);
-      else if (a.name == "value_floats") value = Tensor::from_vector<float>({static_cast<int64_t>(a.floats.size())}, a.floats);
-      else if (a.name == "value_ints") value = Tensor::from_vector<int64_t>({static_cast<int64_t>(a.ints.size())}, a.ints);
+      if (a.name == "value" && a.t.defined())
+        value = a.t;
+      else if (a.name == "value_float")
+        value = Tensor::scalar<float>(a.f);
+      else if (a.name == "value_int")
+        value = Tensor::scalar<int64_t>(a.i);
+      else if (a.name == "value_floats")
+        value = Tensor::from_vector<float>({static_cast<int64_t>(a.floats.size())}, a.floats);
+      else if (a.name == "value_ints")
+        value = Tensor::from_vector<int64_t>({static_cast<int64_t>(a.ints.size())}, a.ints);
     }
     if (!value) {
       nodes.push_back(std::move(node));

@@ -21,10 +21,16 @@ std::vector<Tensor> InferenceSession::run(const NamedTensors& feeds, const std::
   return executor_->run(feeds, output_names);
 }
 
-const std::vector<ValueMetadata>& InferenceSession::inputs() const { return executor_->inputs(); }
-const std::vector<ValueMetadata>& InferenceSession::outputs() const { return executor_->outputs(); }
+const std::vector<ValueMetadata>& InferenceSession::inputs() const {
+  return executor_->inputs();
+}
+const std::vector<ValueMetadata>& InferenceSession::outputs() const {
+  return executor_->outputs();
+}
 
-std::string InferenceSession::end_profiling() { return executor_->end_profiling(); }
+std::string InferenceSession::end_profiling() {
+  return executor_->end_profiling();
+}
 
 std::vector<OpSupport> supported_ops() {
   std::vector<OpSupport> ops;

@@ -8,7 +8,9 @@ namespace {
 
 constexpr size_t kAlignment = 64;
 
-size_t aligned(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+size_t aligned(size_t bytes) {
+  return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+}
 
 }  // namespace
 

@@ -30,10 +30,15 @@ void Profiler::record_run(Clock::time_point start, Clock::time_point end) {
   events_.push_back({"Session", "model_run", "", {}, {}, since_start(start), since_start(end) - since_start(start)});
 }
 
-void Profiler::record_node(const ir::Node& node, std::span<const Tensor* const> inputs,
-                           std::span<const Tensor> outputs, Clock::time_point start, Clock::time_point end) {
-  Event e{"Node", (node.name.empty() ? node.op_type : node.name) + "_kernel_time", node.op_type, {}, {},
-          since_start(start), since_start(end) - since_start(start)};
+void Profiler::record_node(const ir::Node& node, std::span<const Tensor* const> inputs, std::span<const Tensor> outputs,
+                           Clock::time_point start, Clock::time_point end) {
+  Event e{"Node",
+          (node.name.empty() ? node.op_type : node.name) + "_kernel_time",
+          node.op_type,
+          {},
+          {},
+          since_start(start),
+          since_start(end) - since_start(start)};
   for (const Tensor* t : inputs) {
     if (t) e.inputs.emplace_back(t->dtype(), t->shape());
   }
@@ -53,7 +58,7 @@ std::string Profiler::write() {
   const int pid = static_cast<int>(getpid());
   nlohmann::json trace = nlohmann::json::array();
   for (const Event& e : events) {
-    nlohmann::json event = {{"cat", e.category}, {"pid", pid}, {"tid", pid}, {"dur", e.duration_us},
+    nlohmann::json event = {{"cat", e.category}, {"pid", pid}, {"tid", pid},     {"dur", e.duration_us},
                             {"ts", e.start_us},  {"ph", "X"},  {"name", e.name}, {"args", nlohmann::json::object()}};
     if (e.category == "Node") {
       event["args"] = {{"op_name", e.op_type},

@@ -46,7 +46,9 @@ std::vector<Tensor> TrainingAgent::run_backward(const NamedTensors& output_grads
   return executor_->run_stage(state, output_grads);
 }
 
-bool TrainingAgent::backward_pending(const RunState& state) { return state.next_stage() < state.stage_count(); }
+bool TrainingAgent::backward_pending(const RunState& state) {
+  return state.next_stage() < state.stage_count();
+}
 
 const std::vector<ValueMetadata>& TrainingAgent::inputs() const {
   return executor_->inputs();

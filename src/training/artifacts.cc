@@ -15,8 +15,8 @@
 #include <set>
 #include <unordered_map>
 
-#include "ir/functions.h"
 #include "autodiff/gradient_builder.h"
+#include "ir/functions.h"
 #include "ir/onnx_io.h"
 #include "ir/shape_inference.h"
 #include "passes/fuse_gelu.h"

@@ -188,7 +188,7 @@ SGDMomentumStep <momentum, dampening, nesterov, weight_decay> (lr, step, p, g, b
 )";
 
 const ir::FunctionRegistration kAccumulateGradientFunction{kAccumulateGradient, 9};  // Where
-const ir::FunctionRegistration kAdamWStepFunction{kAdamWStep, 15};                    // CastLike
+const ir::FunctionRegistration kAdamWStepFunction{kAdamWStep, 15};                   // CastLike
 const ir::FunctionRegistration kSGDStepFunction{kSGDStep, 15};
 const ir::FunctionRegistration kSGDMomentumStepFunction{kSGDMomentumStep, 15};
 

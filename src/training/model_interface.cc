@@ -1,11 +1,11 @@
 #include "training/model_interface.h"
 
-#include "ir/shape_inference.h"
-
 #include <algorithm>
 #include <map>
 #include <set>
 #include <utility>
+
+#include "ir/shape_inference.h"
 
 namespace onnxtrain::training {
 namespace {
@@ -50,7 +50,8 @@ std::optional<std::string> running_statistic_of_output(std::string_view output) 
 void prune_for_inference(ir::Model& model, const std::vector<std::string>& outputs, const CheckpointState& state,
                          const std::string& file) {
   ir::Graph& graph = model.graph;
-  if (outputs.empty()) throw Error("export_model_for_inferencing: name at least one graph output", ErrorKind::kInvalidArgument);
+  if (outputs.empty())
+    throw Error("export_model_for_inferencing: name at least one graph output", ErrorKind::kInvalidArgument);
 
   // Any value of the model may become an output (the forward model's outputs are inner
   // values of the eval model, which ends in the loss).
@@ -69,9 +70,9 @@ void prune_for_inference(ir::Model& model, const std::vector<std::string>& outpu
     if (!produced) {
       std::string known;
       for (const auto& v : graph.outputs) known += (known.empty() ? "" : ", ") + v.name;
-      throw Error("export_model_for_inferencing: no node of " + file + " computes '" + name +
-                      "' (its outputs: " + known + ")",
-                  ErrorKind::kInvalidArgument);
+      throw Error(
+          "export_model_for_inferencing: no node of " + file + " computes '" + name + "' (its outputs: " + known + ")",
+          ErrorKind::kInvalidArgument);
     }
     if (types.empty()) types = ir::infer_types(model);
     ir::ValueInfo info;

@@ -29,11 +29,15 @@ inline std::string accumulated_gradient_output(std::string_view parameter) {
   return std::string(parameter) + std::string(kAccumulatedGradientSuffix);
 }
 // The optimizer model's names: "<p>_grad", "<p>.<moment>", "<p>.out", "<p>.<moment>.out".
-inline std::string gradient_input(std::string_view parameter) { return std::string(parameter) + "_grad"; }
+inline std::string gradient_input(std::string_view parameter) {
+  return std::string(parameter) + "_grad";
+}
 inline std::string moment_input(std::string_view parameter, std::string_view moment) {
   return std::string(parameter) + "." + std::string(moment);
 }
-inline std::string updated_output(std::string_view input) { return std::string(input) + ".out"; }
+inline std::string updated_output(std::string_view input) {
+  return std::string(input) + ".out";
+}
 // The training model's output carrying the new value of a running statistic (BatchNorm's
 // running mean or variance, a frozen parameter): "<p>.running.out".
 inline constexpr std::string_view kRunningStatisticSuffix = ".running.out";

@@ -61,8 +61,9 @@ ModelRoles sort_roles(const runtime::Executor& executor, const CheckpointState& 
   }
   for (const std::string& p : roles.trained) {
     if (!state.has_parameter(p)) {
-      throw Error(file + " trains parameter '" + p + "', which the checkpoint does not have (a checkpoint of another model?)",
-                  ErrorKind::kInvalidArgument);
+      throw Error(
+          file + " trains parameter '" + p + "', which the checkpoint does not have (a checkpoint of another model?)",
+          ErrorKind::kInvalidArgument);
     }
     const std::string out = training::accumulated_gradient_output(p);
     if (!produced.contains(out)) {
@@ -261,7 +262,9 @@ std::vector<Tensor> Module::run(Model& model, const std::vector<Tensor>& inputs,
   return outputs;
 }
 
-std::vector<Tensor> Module::train_step(const std::vector<Tensor>& inputs) { return run(*train_, inputs, true); }
+std::vector<Tensor> Module::train_step(const std::vector<Tensor>& inputs) {
+  return run(*train_, inputs, true);
+}
 
 std::vector<Tensor> Module::eval_step(const std::vector<Tensor>& inputs) {
   if (!eval_) {
@@ -292,9 +295,9 @@ Tensor Module::contiguous_parameters(bool trainable_only) const {
   const DType dtype = selected.empty() ? DType::kFloat32 : selected.front()->data.dtype();
   for (const Parameter* p : selected) {
     if (p->data.dtype() != dtype) {
-      throw Error("get_contiguous_parameters: parameter '" + p->name + "' is " + std::string(dtype_name(p->data.dtype())) +
-                      " but '" + selected.front()->name + "' is " + std::string(dtype_name(dtype)) +
-                      "; one buffer holds one element type",
+      throw Error("get_contiguous_parameters: parameter '" + p->name + "' is " +
+                      std::string(dtype_name(p->data.dtype())) + " but '" + selected.front()->name + "' is " +
+                      std::string(dtype_name(dtype)) + "; one buffer holds one element type",
                   ErrorKind::kInvalidArgument);
     }
   }
@@ -320,9 +323,8 @@ void Module::copy_buffer_to_parameters(const Tensor& buffer, bool trainable_only
   const auto selected = selected_parameters(*state_, trainable_only);
   const int64_t expected = parameters_size(trainable_only);
   if (buffer.numel() != expected) {
-    throw Error("copy_buffer_to_parameters: the buffer holds " + std::to_string(buffer.numel()) +
-                    " elements, the " + (trainable_only ? "trainable " : "") + "parameters " +
-                    std::to_string(expected),
+    throw Error("copy_buffer_to_parameters: the buffer holds " + std::to_string(buffer.numel()) + " elements, the " +
+                    (trainable_only ? "trainable " : "") + "parameters " + std::to_string(expected),
                 ErrorKind::kInvalidArgument);
   }
   const auto* in = static_cast<const std::byte*>(buffer.raw_data());

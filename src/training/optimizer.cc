@@ -55,7 +55,7 @@ struct Optimizer::Model {
   // its gradient and its moments. A step points them at the state's tensors (the same ones
   // from step to step), so it builds no name and copies no shape.
   NamedTensors feeds;
-  std::vector<Tensor> destinations;  // per output: the parameter, then its moments
+  std::vector<Tensor> destinations;    // per output: the parameter, then its moments
   runtime::Executor::Binding binding;  // of feeds and output_names
   // Set for onnxruntime-training's optimizer_model.onnx, which runs as this rule instead.
   std::optional<training::OrtOptimizerRule> ort_rule;
@@ -159,14 +159,16 @@ Optimizer::~Optimizer() = default;
 
 void Optimizer::step() {
   if (!module_->has_gradients()) {
-    throw Error("Optimizer.step(): no gradients have been computed yet; run a training step first "
-                "(module.train(); module(*inputs))",
-                ErrorKind::kInvalidArgument);
+    throw Error(
+        "Optimizer.step(): no gradients have been computed yet; run a training step first "
+        "(module.train(); module(*inputs))",
+        ErrorKind::kInvalidArgument);
   }
   if (module_->gradient_steps() == applied_gradient_steps_) {
-    throw Error("Optimizer.step(): these gradients were applied by the previous step(); run a training step "
-                "(module(*inputs)) before the next one",
-                ErrorKind::kInvalidArgument);
+    throw Error(
+        "Optimizer.step(): these gradients were applied by the previous step(); run a training step "
+        "(module(*inputs)) before the next one",
+        ErrorKind::kInvalidArgument);
   }
   Model& m = *model_;
   CheckpointState& state = module_->state();
@@ -224,9 +226,13 @@ void Optimizer::set_learning_rate(double lr) {
   module_->state().optimizer_state().learning_rate = lr;
 }
 
-double Optimizer::learning_rate() const { return module_->state().optimizer_state().learning_rate; }
+double Optimizer::learning_rate() const {
+  return module_->state().optimizer_state().learning_rate;
+}
 
-int64_t Optimizer::step_count() const { return module_->state().optimizer_state().step; }
+int64_t Optimizer::step_count() const {
+  return module_->state().optimizer_state().step;
+}
 
 LinearLRScheduler::LinearLRScheduler(Optimizer& optimizer, int64_t warmup_step_count, int64_t total_step_count,
                                      double initial_lr)
@@ -253,6 +259,8 @@ double LinearLRScheduler::learning_rate() const {
   return initial_lr_ * std::max(0.0, remaining / static_cast<double>(std::max<int64_t>(1, total_ - warmup_)));
 }
 
-void LinearLRScheduler::step() { optimizer_->set_learning_rate(learning_rate()); }
+void LinearLRScheduler::step() {
+  optimizer_->set_learning_rate(learning_rate());
+}
 
 }  // namespace onnxtrain

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <unordered_set>
 
-#include "training/artifacts_graph.h"
 #include "ir/functions.h"
 #include "ir/onnx_io.h"
+#include "training/artifacts_graph.h"
 #include "training/model_interface.h"
 
 namespace onnxtrain::training {
@@ -229,7 +229,8 @@ std::string build_optimizer_model(std::span<const ValueMetadata> parameters, con
     }
     const bool fixed = p.has_shape && std::all_of(p.shape.begin(), p.shape.end(), [](int64_t d) { return d >= 0; });
     if (!fixed) {
-      throw Error("build_optimizer_model: parameter '" + p.name + "' needs a static shape", ErrorKind::kInvalidArgument);
+      throw Error("build_optimizer_model: parameter '" + p.name + "' needs a static shape",
+                  ErrorKind::kInvalidArgument);
     }
     ir::ValueInfo info{p.name, p.dtype, std::vector<ir::Dim>{}, {}, {}};
     for (int64_t d : p.shape) info.shape->push_back({d, ""});

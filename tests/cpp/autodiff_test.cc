@@ -151,7 +151,7 @@ TEST(FunctionText, ParsesNodesAttributesAndReferences) {
       z = Mul <note = "s", list = [1, 2], floats = [0.5, 1e-3]> (x, a)
     }
   )",
-                                                  "org.onnxtrain");
+                                            "org.onnxtrain");
   EXPECT_EQ(f.name, "Scale");
   EXPECT_EQ(f.inputs, (std::vector<std::string>{"x", "", "y"}));
   EXPECT_EQ(f.attribute_names, (std::vector<std::string>{"alpha"}));

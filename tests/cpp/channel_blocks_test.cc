@@ -46,10 +46,10 @@ void check_both_ways(const memory::dims& dims, int64_t block) {
 
 TEST(ChannelBlocks, MatchesOneDnnReorder) {
   for (int64_t block : {8, 16}) {
-    check_both_ways({2, 8, 32, 32}, block);   // whole blocks, 8-pixel tiles
-    check_both_ways({1, 48, 4, 4}, block);    // several blocks
-    check_both_ways({2, 3, 5, 7}, block);     // one partial block, 35 pixels (tiles and a rest)
-    check_both_ways({3, 24, 9}, block);       // 1-D; 24 = 1.5 blocks of 16
+    check_both_ways({2, 8, 32, 32}, block);    // whole blocks, 8-pixel tiles
+    check_both_ways({1, 48, 4, 4}, block);     // several blocks
+    check_both_ways({2, 3, 5, 7}, block);      // one partial block, 35 pixels (tiles and a rest)
+    check_both_ways({3, 24, 9}, block);        // 1-D; 24 = 1.5 blocks of 16
     check_both_ways({1, 40, 2, 3, 5}, block);  // 3-D
   }
 }

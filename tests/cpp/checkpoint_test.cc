@@ -122,8 +122,8 @@ TEST(CheckpointState, AddsFindsAndChecksParameters) {
 
 TEST(CheckpointFile, RoundTripsEveryElementType) {
   const TempDir dir;
-  const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,
-                          DType::kInt16,   DType::kInt32,   DType::kInt64,   DType::kUInt8,    DType::kUInt16,
+  const DType dtypes[] = {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,     DType::kInt8,
+                          DType::kInt16,   DType::kInt32,   DType::kInt64,   DType::kUInt8,        DType::kUInt16,
                           DType::kUInt32,  DType::kUInt64,  DType::kBool,    DType::kFloat8E4M3FN, DType::kFloat8E5M2};
   CheckpointState state;
   uint8_t seed = 1;

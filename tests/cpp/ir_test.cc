@@ -73,8 +73,7 @@ TEST(OnnxIO, ExternalDataRoundTrip) {
   const ir::Model back = ir::load_model(dir / "model.onnx");
   const Tensor* w = back.graph.initializer("w");
   ASSERT_NE(w, nullptr);
-  EXPECT_EQ(std::vector<float>(w->values<float>().begin(), w->values<float>().end()),
-            (std::vector<float>{1, 2, 3, 4}));
+  EXPECT_EQ(std::vector<float>(w->values<float>().begin(), w->values<float>().end()), (std::vector<float>{1, 2, 3, 4}));
   // A truncated data file is refused with the tensor's and the file's names.
   fs::resize_file(dir / "model.onnx.data", 8);
   try {

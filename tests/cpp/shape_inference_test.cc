@@ -1,9 +1,10 @@
+#include "ir/shape_inference.h"
+
 #include <gtest/gtest.h>
 
 #include "autodiff/gradient_context.h"
 #include "ir/functions.h"
 #include "ir/onnx_io.h"
-#include "ir/shape_inference.h"
 #include "ir/shape_rules.h"
 #include "ops/kernel_registry.h"
 #include "test_util.h"
@@ -80,7 +81,8 @@ TEST(ShapeInference, ConvolutionAndPoolingArithmetic) {
     auto* a = conv.add_attribute();
     a->set_name(name);
     a->set_type(onnx::AttributeProto::INTS);
-    const std::vector<int64_t> v = std::string(name) == "pads" ? std::vector<int64_t>{1, 1, 1, 1} : std::vector<int64_t>{2, 2};
+    const std::vector<int64_t> v =
+        std::string(name) == "pads" ? std::vector<int64_t>{1, 1, 1, 1} : std::vector<int64_t>{2, 2};
     for (int64_t x : v) a->add_ints(x);
   }
   *g->add_node() = conv;

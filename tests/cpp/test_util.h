@@ -20,8 +20,10 @@ inline onnx::ValueInfoProto tensor_value(const std::string& name, int elem_type,
   auto* shape = t->mutable_shape();
   for (const std::string& d : dims) {
     auto* dim = shape->add_dim();
-    if (!d.empty() && std::isdigit(static_cast<unsigned char>(d[0]))) dim->set_dim_value(std::stoll(d));
-    else dim->set_dim_param(d);
+    if (!d.empty() && std::isdigit(static_cast<unsigned char>(d[0])))
+      dim->set_dim_value(std::stoll(d));
+    else
+      dim->set_dim_param(d);
   }
   return v;
 }
@@ -46,7 +48,9 @@ inline onnx::ModelProto model(int opset = 17) {
   return m;
 }
 
-inline std::string bytes_of(const onnx::ModelProto& m) { return m.SerializeAsString(); }
+inline std::string bytes_of(const onnx::ModelProto& m) {
+  return m.SerializeAsString();
+}
 
 inline std::span<const std::byte> as_span(const std::string& s) {
   return std::as_bytes(std::span(s.data(), s.size()));

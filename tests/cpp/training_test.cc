@@ -30,7 +30,8 @@ ir::Model linear_model() {
   g.name = "linear";
   g.inputs = {{"x", DType::kFloat32, std::vector<ir::Dim>{{std::nullopt, "batch"}, {2, ""}}, "", ""}};
   g.outputs = {{"y", DType::kFloat32, std::vector<ir::Dim>{{std::nullopt, "batch"}, {1, ""}}, "", ""}};
-  g.initializers = {{"W", Tensor::from_vector<float>({2, 1}, {0.0f, 0.0f})}, {"b", Tensor::from_vector<float>({1}, {0.0f})}};
+  g.initializers = {{"W", Tensor::from_vector<float>({2, 1}, {0.0f, 0.0f})},
+                    {"b", Tensor::from_vector<float>({1}, {0.0f})}};
   ir::Node matmul;
   matmul.op_type = "MatMul";
   matmul.inputs = {"x", "W"};
@@ -47,7 +48,8 @@ class TrainingTest : public ::testing::Test {
  protected:
   void SetUp() override {
     const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() / ("onnxtrain-training-" + std::string(test->name()) + "-" + std::to_string(::getpid()));
+    dir_ = fs::temp_directory_path() /
+           ("onnxtrain-training-" + std::string(test->name()) + "-" + std::to_string(::getpid()));
     fs::remove_all(dir_);
     fs::create_directories(dir_);
     ir::save_model(linear_model(), dir_ / "linear.onnx");
@@ -134,7 +136,8 @@ TEST_F(TrainingTest, ParametersAsOneBuffer) {
   module.copy_buffer_to_parameters(Tensor::from_vector<float>({3}, {1, 2, 3}), true);
   EXPECT_EQ(state.parameter("b").data.values<float>()[0], 3.0f);
   const Tensor flat = module.contiguous_parameters(false);
-  EXPECT_EQ(std::vector<float>(flat.values<float>().begin(), flat.values<float>().end()), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(std::vector<float>(flat.values<float>().begin(), flat.values<float>().end()),
+            (std::vector<float>{1, 2, 3}));
   EXPECT_THROW(module.copy_buffer_to_parameters(Tensor::from_vector<float>({2}, {1, 2}), true), Error);
 }
 
@@ -169,14 +172,17 @@ TEST_F(TrainingTest, MistakesAreClearErrors) {
   EXPECT_NE(message([&] { module.eval_step(batch(0.0f)); }).find("no eval model"), std::string::npos);
   EXPECT_NE(message([&] { module.train_step({batch(0.0f)[0]}); }).find("takes 2 inputs (x, target), got 1"),
             std::string::npos);
-  EXPECT_NE(message([&] { module.train_step({Tensor::zeros(DType::kFloat32, {4, 3}), batch(0.0f)[1]}); })
-                .find("input 'x'"),
+  EXPECT_NE(message([&] {
+              module.train_step({Tensor::zeros(DType::kFloat32, {4, 3}), batch(0.0f)[1]});
+            }).find("input 'x'"),
             std::string::npos);
 
   CheckpointState other;
   other.add_parameter("W", Tensor::zeros(DType::kFloat32, {3, 1}), true);
   other.add_parameter("b", Tensor::zeros(DType::kFloat32, {1}), true);
-  EXPECT_NE(message([&] { Module(dir_ / "training_model.onnx", other); }).find("parameter 'W' is float[3, 1] in the checkpoint, but training_model.onnx takes float[2, 1]"),
+  EXPECT_NE(message([&] {
+              Module(dir_ / "training_model.onnx", other);
+            }).find("parameter 'W' is float[3, 1] in the checkpoint, but training_model.onnx takes float[2, 1]"),
             std::string::npos);
   CheckpointState stranger;
   stranger.add_parameter("fc.weight", Tensor::zeros(DType::kFloat32, {2}), true);

@@ -54,7 +54,9 @@ static int g_file_count = 0;
 static struct PendingRename g_rename;
 
 // Every call made since arming, for the driver to spread the failure points over a save.
-long long powerloss_calls(void) { return g_calls; }
+long long powerloss_calls(void) {
+  return g_calls;
+}
 
 void powerloss_arm(long long n, int mode) {
   g_trigger = n;
@@ -117,7 +119,9 @@ static void lose_power(void) {
   _exit(137);
 }
 
-void powerloss_cut(void) { lose_power(); }
+void powerloss_cut(void) {
+  lose_power();
+}
 
 // Counts one call; returns 1 when this call is the one to fail (mode eio or torn).
 static int fail_here(void) {

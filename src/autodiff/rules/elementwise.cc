@@ -3,8 +3,8 @@
 #include <cmath>
 #include <numbers>
 
-#include "ir/functions.h"
 #include "autodiff/gradient_context.h"
+#include "ir/functions.h"
 
 namespace onnxtrain::autodiff {
 namespace {

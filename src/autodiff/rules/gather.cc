@@ -1,7 +1,7 @@
 // Gradient rules of indexing ops: Gather, GatherElements, GatherND, ScatterElements,
 // ScatterND, TopK. Gathers scatter their gradient back, adding where an index repeats.
-#include "ir/functions.h"
 #include "autodiff/gradient_context.h"
+#include "ir/functions.h"
 
 namespace onnxtrain::autodiff {
 namespace {

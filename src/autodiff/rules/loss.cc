@@ -4,8 +4,8 @@
 // class weights, ignore_index and reduction none/sum/mean. The rules first compute the
 // gradient of the loss with respect to each per-element term, g[n, d...] (zero where
 // ignored), then the scores' gradient from it.
-#include "ir/functions.h"
 #include "autodiff/gradient_context.h"
+#include "ir/functions.h"
 
 namespace onnxtrain::autodiff {
 namespace {
@@ -83,8 +83,9 @@ void softmax_cross_entropy_loss(GradientContext& g) {
       g.set_input_grad(0, g.call("SoftmaxCrossEntropyLossGrad", {dloss, log_prob, g.input(1)},
                                  {attr("mean", int64_t{reduction == "mean"})}));
     } else {
-      g.set_input_grad(0, g.call("SoftmaxCrossEntropyLossGrad", {per_element_grad(g, dloss, scores), log_prob, g.input(1)},
-                                 {attr("mean", int64_t{0})}));
+      g.set_input_grad(0,
+                       g.call("SoftmaxCrossEntropyLossGrad", {per_element_grad(g, dloss, scores), log_prob, g.input(1)},
+                              {attr("mean", int64_t{0})}));
     }
   }
   // The log-probabilities may be used on their own: LogSoftmax's gradient along axis 1.

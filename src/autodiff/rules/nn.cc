@@ -1,8 +1,8 @@
 // Gradient rules of convolutions and pooling.
 #include <limits>
 
-#include "ir/functions.h"
 #include "autodiff/gradient_context.h"
+#include "ir/functions.h"
 
 namespace onnxtrain::autodiff {
 namespace {

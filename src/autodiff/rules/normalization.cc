@@ -6,8 +6,8 @@
 //   dX = inv_std * (dxhat - (sum(dxhat) + xhat * sum(dxhat * xhat)) / n)
 #include <cstdint>
 
-#include "ir/functions.h"
 #include "autodiff/gradient_context.h"
+#include "ir/functions.h"
 
 namespace onnxtrain::autodiff {
 namespace {

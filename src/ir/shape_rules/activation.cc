@@ -11,12 +11,23 @@ void dropout(ShapeContext& c) {
 }
 
 const ShapeRuleRegistration kActivationShapes{{
-    {"Relu", same_as_input},     {"LeakyRelu", same_as_input}, {"Elu", same_as_input},
-    {"Selu", same_as_input},     {"Celu", same_as_input},      {"ThresholdedRelu", same_as_input},
-    {"Sigmoid", same_as_input},  {"HardSigmoid", same_as_input}, {"HardSwish", same_as_input},
-    {"Softplus", same_as_input}, {"Softsign", same_as_input},  {"Mish", same_as_input},
-    {"Gelu", same_as_input},     {"Shrink", same_as_input},    {"PRelu", broadcasting},
-    {"Swish", same_as_input},    {"Dropout", dropout},
+    {"Relu", same_as_input},
+    {"LeakyRelu", same_as_input},
+    {"Elu", same_as_input},
+    {"Selu", same_as_input},
+    {"Celu", same_as_input},
+    {"ThresholdedRelu", same_as_input},
+    {"Sigmoid", same_as_input},
+    {"HardSigmoid", same_as_input},
+    {"HardSwish", same_as_input},
+    {"Softplus", same_as_input},
+    {"Softsign", same_as_input},
+    {"Mish", same_as_input},
+    {"Gelu", same_as_input},
+    {"Shrink", same_as_input},
+    {"PRelu", broadcasting},
+    {"Swish", same_as_input},
+    {"Dropout", dropout},
 }};
 
 }  // namespace

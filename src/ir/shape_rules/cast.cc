@@ -9,7 +9,9 @@ void cast(ShapeContext& c) {
   c.set(0, to, c.shape(0) ? std::optional(*c.shape(0)) : std::nullopt);
 }
 
-void cast_like(ShapeContext& c) { c.set(0, c.dtype(1), c.shape(0) ? std::optional(*c.shape(0)) : std::nullopt); }
+void cast_like(ShapeContext& c) {
+  c.set(0, c.dtype(1), c.shape(0) ? std::optional(*c.shape(0)) : std::nullopt);
+}
 
 const ShapeRuleRegistration kCastShapes{{{"Cast", cast}, {"CastLike", cast_like}}};
 

@@ -10,8 +10,8 @@ SymbolicShape windowed_shape(const ShapeContext& c, const SymbolicShape& x, cons
   const auto pads = c.ints_attribute(window.prefix + "pads").value_or(std::vector<int64_t>(2 * spatial, 0));
   // A window with a prefix (the fused MaxPool) has explicit pads and floor rounding.
   const bool own = window.prefix.empty();
-  const auto output_padding = (own ? c.ints_attribute("output_padding") : std::nullopt)
-                                  .value_or(std::vector<int64_t>(spatial, 0));
+  const auto output_padding =
+      (own ? c.ints_attribute("output_padding") : std::nullopt).value_or(std::vector<int64_t>(spatial, 0));
   const std::string auto_pad = (own ? c.string_attribute("auto_pad") : std::nullopt).value_or("NOTSET");
   const bool ceil_mode = (own ? c.int_attribute("ceil_mode") : std::nullopt).value_or(0);
   const auto output_shape = window.transposed ? c.ints_attribute("output_shape") : std::nullopt;
@@ -32,7 +32,8 @@ SymbolicShape windowed_shape(const ShapeContext& c, const SymbolicShape& x, cons
       } else if (same) {
         out.push_back(known(*in.value * strides[i]));
       } else {
-        out.push_back(known(strides[i] * (*in.value - 1) + output_padding[i] + effective - pads[i] - pads[i + spatial]));
+        out.push_back(
+            known(strides[i] * (*in.value - 1) + output_padding[i] + effective - pads[i] - pads[i + spatial]));
       }
     } else if (same) {
       out.push_back(known((*in.value + strides[i] - 1) / strides[i]));
@@ -69,10 +70,16 @@ std::optional<SymbolicShape> convolution_shape(const ShapeContext& c, size_t wei
 
 namespace {
 
-void convolution(ShapeContext& c, bool transposed) { c.set(0, c.dtype(0), convolution_shape(c, 1, transposed)); }
+void convolution(ShapeContext& c, bool transposed) {
+  c.set(0, c.dtype(0), convolution_shape(c, 1, transposed));
+}
 
-void conv(ShapeContext& c) { convolution(c, false); }
-void conv_transpose(ShapeContext& c) { convolution(c, true); }
+void conv(ShapeContext& c) {
+  convolution(c, false);
+}
+void conv_transpose(ShapeContext& c) {
+  convolution(c, true);
+}
 
 // org.onnxtrain::FusedConv: a Conv, maybe with a MaxPool after it (pool_kernel_shape,
 // pool_strides, pool_pads; floor rounding).

@@ -18,7 +18,9 @@ void gather(ShapeContext& c) {
 }
 
 // GatherElements: the indices' shape.
-void gather_elements(ShapeContext& c) { c.set(0, c.dtype(0), c.shape(1) ? std::optional(*c.shape(1)) : std::nullopt); }
+void gather_elements(ShapeContext& c) {
+  c.set(0, c.dtype(0), c.shape(1) ? std::optional(*c.shape(1)) : std::nullopt);
+}
 
 // GatherND (data [b..., r...], indices [b..., q..., k]): indices' leading axes, then data's
 // axes past batch_dims + k.
@@ -37,7 +39,8 @@ void gather_nd(ShapeContext& c) {
 // NonZero: [rank, number of non-zeros].
 void non_zero(ShapeContext& c) {
   const SymbolicShape* x = c.shape(0);
-  c.set(0, DType::kInt64, x ? std::optional(SymbolicShape{known(static_cast<int64_t>(x->size())), Dim{}}) : std::nullopt);
+  c.set(0, DType::kInt64,
+        x ? std::optional(SymbolicShape{known(static_cast<int64_t>(x->size())), Dim{}}) : std::nullopt);
 }
 
 // OneHot (indices, depth, values): the values' element type; a new axis of size depth.

@@ -17,7 +17,9 @@ std::optional<SymbolicShape> matmul_shape(const SymbolicShape* a, const Symbolic
 
 namespace {
 
-void matmul(ShapeContext& c) { c.set(0, c.dtype(0), matmul_shape(c.shape(0), c.shape(1))); }
+void matmul(ShapeContext& c) {
+  c.set(0, c.dtype(0), matmul_shape(c.shape(0), c.shape(1)));
+}
 
 void gemm(ShapeContext& c) {
   const SymbolicShape* a = c.shape(0);

@@ -43,7 +43,9 @@ void fused_matmul(ShapeContext& c) {
   c.set(0, c.dtype(0), out);
 }
 
-void softmax_cross_entropy_loss_grad(ShapeContext& c) { c.set_like(0, 1); }
+void softmax_cross_entropy_loss_grad(ShapeContext& c) {
+  c.set_like(0, 1);
+}
 
 // The ONNX op's rule, for a com.microsoft op that computes what it computes.
 template <const char* kOnnxOp>

@@ -32,16 +32,24 @@ void dynamic_quantize_linear(ShapeContext& c) {
   c.set(2, DType::kUInt8, SymbolicShape{});
 }
 
-void matmul_integer(ShapeContext& c) { c.set(0, DType::kInt32, matmul_shape(c.shape(0), c.shape(1))); }
+void matmul_integer(ShapeContext& c) {
+  c.set(0, DType::kInt32, matmul_shape(c.shape(0), c.shape(1)));
+}
 
 // QLinearMatMul (a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale, y_zero_point).
-void qlinear_matmul(ShapeContext& c) { c.set(0, c.dtype(7), matmul_shape(c.shape(0), c.shape(3))); }
+void qlinear_matmul(ShapeContext& c) {
+  c.set(0, c.dtype(7), matmul_shape(c.shape(0), c.shape(3)));
+}
 
 // ConvInteger (x, w, x_zero_point, w_zero_point) => int32.
-void conv_integer(ShapeContext& c) { c.set(0, DType::kInt32, convolution_shape(c, 1, false)); }
+void conv_integer(ShapeContext& c) {
+  c.set(0, DType::kInt32, convolution_shape(c, 1, false));
+}
 
 // QLinearConv (x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point, B).
-void qlinear_conv(ShapeContext& c) { c.set(0, c.dtype(7), convolution_shape(c, 3, false)); }
+void qlinear_conv(ShapeContext& c) {
+  c.set(0, c.dtype(7), convolution_shape(c, 3, false));
+}
 
 const ShapeRuleRegistration kQuantizeShapes{{
     {"QuantizeLinear", quantize_linear},

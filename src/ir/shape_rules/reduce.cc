@@ -6,8 +6,10 @@ namespace onnxtrain::ir {
 SymbolicShape reduced_shape(const SymbolicShape& x, const std::vector<bool>& reduced, bool keep_dims) {
   SymbolicShape out;
   for (size_t i = 0; i < x.size(); ++i) {
-    if (!reduced[i]) out.push_back(x[i]);
-    else if (keep_dims) out.push_back(known(1));
+    if (!reduced[i])
+      out.push_back(x[i]);
+    else if (keep_dims)
+      out.push_back(known(1));
   }
   return out;
 }
@@ -35,9 +37,16 @@ void reduce(ShapeContext& c) {
 }
 
 const ShapeRuleRegistration kReduceShapes{{
-    {"ReduceSum", reduce},  {"ReduceMean", reduce},      {"ReduceMax", reduce},       {"ReduceMin", reduce},
-    {"ReduceProd", reduce}, {"ReduceLogSumExp", reduce}, {"ReduceLogSum", reduce},    {"ReduceL1", reduce},
-    {"ReduceL2", reduce},   {"ReduceSumSquare", reduce},
+    {"ReduceSum", reduce},
+    {"ReduceMean", reduce},
+    {"ReduceMax", reduce},
+    {"ReduceMin", reduce},
+    {"ReduceProd", reduce},
+    {"ReduceLogSumExp", reduce},
+    {"ReduceLogSum", reduce},
+    {"ReduceL1", reduce},
+    {"ReduceL2", reduce},
+    {"ReduceSumSquare", reduce},
 }};
 
 }  // namespace

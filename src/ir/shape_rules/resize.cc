@@ -41,8 +41,12 @@ void scaled(ShapeContext& c, size_t scales_input, size_t sizes_input) {
   c.set(0, c.dtype(0), out);
 }
 
-void resize(ShapeContext& c) { scaled(c, 2, 3); }      // (X, roi, scales, sizes)
-void upsample(ShapeContext& c) { scaled(c, 1, 99); }  // (X, scales)
+void resize(ShapeContext& c) {
+  scaled(c, 2, 3);
+}  // (X, roi, scales, sizes)
+void upsample(ShapeContext& c) {
+  scaled(c, 1, 99);
+}  // (X, scales)
 
 const ShapeRuleRegistration kResizeShapes{{{"Resize", resize}, {"Upsample", upsample}}};
 

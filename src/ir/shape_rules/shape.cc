@@ -45,8 +45,10 @@ void reshape(ShapeContext& c) {
     bool all_known = true;
     for (size_t i = 0; i < out.size(); ++i) {
       if (i == *inferred) continue;
-      if (out[i].value) rest *= *out[i].value;
-      else all_known = false;
+      if (out[i].value)
+        rest *= *out[i].value;
+      else
+        all_known = false;
     }
     if (total && all_known && rest != 0) out[*inferred] = known(*total / rest);
   }
@@ -144,8 +146,10 @@ void concat(ShapeContext& c) {
     for (size_t d = 0; d < s->size(); ++d) {
       if (d != *axis && !out[d].value && (*s)[d].value) out[d] = (*s)[d];
     }
-    if ((*s)[*axis].value) total += *(*s)[*axis].value;
-    else all_known = false;
+    if ((*s)[*axis].value)
+      total += *(*s)[*axis].value;
+    else
+      all_known = false;
   }
   out[*axis] = all_known ? known(total) : Dim{};
   c.set(0, c.dtype(0), out);
@@ -247,7 +251,9 @@ void shape_of(ShapeContext& c) {
   c.set(0, DType::kInt64, SymbolicShape{known(std::max<int64_t>(0, end - start))});
 }
 
-void size(ShapeContext& c) { c.set(0, DType::kInt64, SymbolicShape{}); }
+void size(ShapeContext& c) {
+  c.set(0, DType::kInt64, SymbolicShape{});
+}
 
 // Range (start, limit, delta): max(ceil((limit - start) / delta), 0) elements.
 void range(ShapeContext& c) {
@@ -311,11 +317,23 @@ void eye_like(ShapeContext& c) {
 }
 
 const ShapeRuleRegistration kShapeShapes{{
-    {"Reshape", reshape},     {"Flatten", flatten}, {"Transpose", transpose}, {"Unsqueeze", unsqueeze},
-    {"Squeeze", squeeze},     {"Concat", concat},   {"Split", split},         {"Slice", slice},
-    {"Expand", expand},       {"ConstantOfShape", constant_of_shape},         {"Shape", shape_of},
-    {"Size", size},           {"Range", range},     {"Tile", tile},           {"Pad", pad},
-    {"EyeLike", eye_like},    {"Trilu", same_as_input},
+    {"Reshape", reshape},
+    {"Flatten", flatten},
+    {"Transpose", transpose},
+    {"Unsqueeze", unsqueeze},
+    {"Squeeze", squeeze},
+    {"Concat", concat},
+    {"Split", split},
+    {"Slice", slice},
+    {"Expand", expand},
+    {"ConstantOfShape", constant_of_shape},
+    {"Shape", shape_of},
+    {"Size", size},
+    {"Range", range},
+    {"Tile", tile},
+    {"Pad", pad},
+    {"EyeLike", eye_like},
+    {"Trilu", same_as_input},
 }};
 
 }  // namespace

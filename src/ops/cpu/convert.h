@@ -22,6 +22,7 @@
 #pragma once
 
 #include <onnxtrain/float8.h>
+#include <onnxtrain/packed.h>
 
 #include <algorithm>
 #include <bit>
@@ -35,7 +36,6 @@
 #include <type_traits>
 
 #include "core/dispatch.h"
-#include <onnxtrain/packed.h>
 #include "ops/cpu/elementwise.h"
 
 namespace onnxtrain::convert {

@@ -186,13 +186,13 @@ void stream_rows(const WeightStream& stream, const float* a, int64_t rows, bool 
   const int64_t k = stream.depth(), n = stream.outputs();
   // Column i of the product is row i of A.
   const int64_t k_stride = a_transposed ? rows : 1, row_stride = a_transposed ? 1 : k;
-  stream.multiply(a, rows, k_stride, row_stride, static_cast<int64_t>(onednn::kBytesPerThread),
-                  [&](int64_t first, int64_t count, int64_t first_row, int64_t count_rows,
-                      const WeightStream::Lanes* sums) {
-                    for (int64_t i = 0; i < count_rows; ++i)
-                      for (int64_t j = 0; j < count; ++j)
-                        out[(first_row + i) * n + first + j] = sums[i][j] + (bias ? bias[first + j] : 0.0f);
-                  });
+  stream.multiply(
+      a, rows, k_stride, row_stride, static_cast<int64_t>(onednn::kBytesPerThread),
+      [&](int64_t first, int64_t count, int64_t first_row, int64_t count_rows, const WeightStream::Lanes* sums) {
+        for (int64_t i = 0; i < count_rows; ++i)
+          for (int64_t j = 0; j < count; ++j)
+            out[(first_row + i) * n + first + j] = sums[i][j] + (bias ? bias[first + j] : 0.0f);
+      });
 }
 
 class MatMulKernel final : public OpKernel {
@@ -416,8 +416,8 @@ class GemmKernel final : public OpKernel {
         constant = converted.raw_data();
       }
       const memory::desc bias_md = bias ? onednn::plain_desc({1, s.n}, type) : memory::desc();
-      return prepare_matmul(type, a_md, b_md, onednn::plain_desc({s.m, s.n}, type), bias_md, attr, constant,
-                            packed_b_, ctx.num_threads());
+      return prepare_matmul(type, a_md, b_md, onednn::plain_desc({s.m, s.n}, type), bias_md, attr, constant, packed_b_,
+                            ctx.num_threads());
     });
     if (bias) {
       run_matmul(ctx, prepared, a.raw_data(), b.raw_data(), out.raw_data(), c->raw_data());
