@@ -118,6 +118,9 @@ class Executor {
 
   int value_id(const std::string& name) const;
   void create_steps();
+  // A graph attribute of a node of this graph, compiled into an executor of its own whose
+  // extra inputs are the outer-scope values it reads (`implicit`: the node's implicit inputs).
+  std::unique_ptr<Subgraph> compile_subgraph(const ir::Graph& body, const std::vector<std::string>& implicit) const;
   const Program& program_for(const std::vector<std::string>& output_names);
   Program make_program(const std::vector<std::vector<std::string>>& stage_outputs);
   size_t graph_input_index(const std::string& name) const;
