@@ -360,8 +360,9 @@ std::unique_ptr<Subgraph> Executor::compile_subgraph(const ir::Graph& body,
   SessionOptions options = options_;
   options.enable_profiling = false;
   options.optimized_model_filepath.clear();
-  return std::make_unique<CompiledSubgraph>(body, std::make_unique<Executor>(std::move(model), options),
-                                            std::move(outer));
+  auto executor = std::make_unique<Executor>(std::move(model), options);
+  executor->plan_limit_ = 16;
+  return std::make_unique<CompiledSubgraph>(body, std::move(executor), std::move(outer));
 }
 
 const Executor::Program& Executor::program_for(const std::vector<std::string>& output_names) {
@@ -600,6 +601,7 @@ void Executor::return_arena(const std::vector<int64_t>& signature, BufferArena& 
   ArenaLease done = std::exchange(lease, {});
   if (arena.recording()) {
     if (!complete) return;  // a run that stopped early recorded part of its requests only
+    if (plans_.size() >= plan_limit_) return;
     auto plan = std::make_shared<const MemoryPlan>(arena.requests());
     release_freed_memory();  // before the arena takes the recorded buffers' place
     plans_[signature] = {plan, {allocator_.allocate(plan->arena_bytes())}};

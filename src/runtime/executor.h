@@ -10,6 +10,7 @@
 
 #include <onnxtrain/inference_session.h>
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -159,6 +160,9 @@ class Executor {
   std::map<std::vector<std::string>, Program> programs_;
   std::map<std::vector<std::vector<std::string>>, Program> staged_programs_;
   std::map<std::vector<int64_t>, PlannedArena> plans_;
+  // The most plans kept: a loop body whose carried values grow meets a new signature each
+  // iteration, and past this many runs them from the heap instead of recording more.
+  size_t plan_limit_ = std::numeric_limits<size_t>::max();
   std::mutex mutex_;
   // Per run, kept between runs to reuse their capacity (runs hold mutex_).
   std::vector<int64_t> signature_;                          // the plan key

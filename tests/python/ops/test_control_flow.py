@@ -364,3 +364,36 @@ def test_shape_inference_of_control_flow():
     outputs = {v.name: v for v in onnxtrain.InferenceSession(loop_model().SerializeToString()).get_outputs()}
     assert outputs["acc_final"].type == outputs["scans"].type == "tensor(float)"
     assert outputs["acc_final"].shape == ["n"] and outputs["scans"].shape == [None, "n"]
+
+
+def test_loop_growing_state_over_many_iterations():
+    # Each iteration meets a new input shape; the body keeps at most 16 memory plans.
+    body = helper.make_graph(
+        [
+            helper.make_node("Identity", ["cond"], ["cond_out"]),
+            helper.make_node("Concat", ["seq", "x"], ["seq_out"], axis=0),
+            helper.make_node("ReduceSum", ["seq_out"], ["total"], keepdims=1),
+        ],
+        "body",
+        [vi("i", I64, []), vi("cond", B, []), vi("seq", F, None)],
+        [vi("cond_out", B, []), vi("seq_out", F, None), vi("total", F, [1])],
+    )
+    node = helper.make_node("Loop", ["M", "c", "seq0"], ["seq_final", "totals"], body=body)
+    inputs = [vi("M", I64, []), vi("c", B, []), vi("x", F, [2]), vi("seq0", F, [1])]
+    model = model_of([node], inputs, [vi("seq_final", F, None), vi("totals", F, None)])
+    feeds = {"M": np.array(40, np.int64), "c": np.array(True), "x": np.array([1, 2], np.float32),
+             "seq0": np.array([0], np.float32)}
+    session = onnxtrain.InferenceSession(model.SerializeToString())
+    for _ in range(2):
+        out = session.run(None, feeds)
+        assert out[0].shape == (81,)
+        np.testing.assert_allclose(out[1][:, 0], 3 * np.arange(1, 41))
+
+
+def test_gradient_through_control_flow_is_refused():
+    # x reaches the output only through the If's branches (an outer-scope read): the gradient
+    # builder must see that path and refuse, not report that x has no gradient.
+    from onnxtrain.autodiff import build_gradient_graph
+
+    with pytest.raises(Exception, match="no gradient rule for op If"):
+        build_gradient_graph(if_model(), ["x"], ["out"])
