@@ -390,10 +390,52 @@ def test_loop_growing_state_over_many_iterations():
         np.testing.assert_allclose(out[1][:, 0], 3 * np.arange(1, 41))
 
 
-def test_gradient_through_control_flow_is_refused():
-    # x reaches the output only through the If's branches (an outer-scope read): the gradient
+def test_gradient_through_loop_is_refused():
+    # x reaches the output only through the Loop's body (an outer-scope read): the gradient
     # builder must see that path and refuse, not report that x has no gradient.
     from onnxtrain.autodiff import build_gradient_graph
 
-    with pytest.raises(Exception, match="no gradient rule for op If"):
-        build_gradient_graph(if_model(), ["x"], ["out"])
+    with pytest.raises(Exception, match="no gradient rule for op Loop"):
+        build_gradient_graph(loop_model(), ["x"], ["acc_final"])
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_gradient_of_if_is_an_if_of_branch_gradients(sign):
+    # then: x + y, dx = dy, dy_ = dy; else: sum(x * y), dx = dy * y, dy_ = dy * x.
+    from onnxtrain.autodiff import build_gradient_graph
+
+    gradient = build_gradient_graph(if_model(), ["x", "y"], ["out"])
+    x = (np.abs(rng.standard_normal(5)) * sign).astype(np.float32)
+    y = rng.standard_normal(5).astype(np.float32)
+    seed = rng.standard_normal(5 if sign > 0 else 1).astype(np.float32)
+    feeds = {"x": x, "y": y, "out_grad": seed}
+    ours = dict(zip([o.name for o in gradient.graph.output], run(gradient, feeds)))
+    if sign > 0:
+        expected = {"x_grad": seed, "y_grad": seed}
+    else:
+        expected = {"x_grad": seed * y, "y_grad": seed * x}
+    for name, value in expected.items():
+        np.testing.assert_allclose(ours[name], value, rtol=1e-6, atol=1e-6)
+    theirs = run_reference(gradient, feeds, "onnxruntime")
+    for a, b in zip(run(gradient, feeds), theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_gradient_of_if_with_a_branch_that_does_not_read_the_value():
+    # then reads x and w, else reads w only: x's gradient is zeros when cond is false.
+    from onnxtrain.autodiff import build_gradient_graph
+
+    then_branch = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["t"])], "then", [], [vi("t")])
+    else_branch = helper.make_graph([helper.make_node("Relu", ["w"], ["e"])], "else", [], [vi("e")])
+    nodes = [
+        helper.make_node("If", ["c"], ["h"], then_branch=then_branch, else_branch=else_branch),
+        helper.make_node("ReduceSum", ["h"], ["loss"], keepdims=0),
+    ]
+    model = model_of(nodes, [vi("c", B, []), vi("x", F, [3]), vi("w", F, [3])], [vi("loss", F, [])])
+    gradient = build_gradient_graph(model, ["x", "w"], "loss")
+    x = rng.standard_normal(3).astype(np.float32)
+    w = np.array([1.0, -2.0, 3.0], np.float32)
+    for cond in (True, False):
+        out = dict(zip([o.name for o in gradient.graph.output], run(gradient, {"c": np.array(cond), "x": x, "w": w})))
+        np.testing.assert_allclose(out["x_grad"], w if cond else np.zeros(3), rtol=1e-6)
+        np.testing.assert_allclose(out["w_grad"], x if cond else (w > 0).astype(np.float32), rtol=1e-6)
