@@ -86,7 +86,12 @@ class CompiledSubgraph final : public Subgraph {
  public:
   CompiledSubgraph(const ir::Graph& body, std::unique_ptr<Executor> executor,
                    std::vector<std::pair<std::string, size_t>> outer)
-      : body_(body), executor_(std::move(executor)), outer_(std::move(outer)) {}
+      : body_(body), executor_(std::move(executor)), outer_(std::move(outer)) {
+    std::vector<std::string> feeds;
+    for (const ir::ValueInfo& input : body_.inputs) feeds.push_back(input.name);
+    for (const auto& [name, k] : outer_) feeds.push_back(name);
+    binding_ = executor_->bind(feeds, {});  // names looked up once, not per iteration
+  }
 
   const ir::Graph& graph() const override { return body_; }
 
@@ -97,16 +102,17 @@ class CompiledSubgraph final : public Subgraph {
     }
     NamedTensors feeds;
     feeds.reserve(inputs.size() + outer_.size());
-    for (size_t i = 0; i < inputs.size(); ++i) feeds.emplace_back(body_.inputs[i].name, inputs[i]);
+    for (const Tensor& input : inputs) feeds.emplace_back(std::string(), input);
     const size_t first_implicit = context.node().inputs.size();
-    for (const auto& [name, k] : outer_) feeds.emplace_back(name, context.input(first_implicit + k));
-    return executor_->run(feeds, {});
+    for (const auto& [name, k] : outer_) feeds.emplace_back(std::string(), context.input(first_implicit + k));
+    return executor_->run(binding_, feeds, {});
   }
 
  private:
   const ir::Graph& body_;
   std::unique_ptr<Executor> executor_;
   std::vector<std::pair<std::string, size_t>> outer_;  // body input name, index in the node's implicit inputs
+  Executor::Binding binding_;                          // the body's inputs, then outer_
 };
 
 // The values of one run, and the BufferSource its kernels allocate from. Its vectors live
