@@ -84,3 +84,37 @@ def test_if_matches_torch(cond: bool) -> None:
     (h * xt).backward(torch.tensor(dy))
     np.testing.assert_allclose(ours["x_grad"], xt.grad.numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(ours["w_grad"], wt.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_if_in_staged_forward_and_backward_runs(cond: bool) -> None:
+    # ModuleGraphBuilder + TrainingAgent: forward and backward as two partial runs of one plan;
+    # the backward If reads x and w, which the run state keeps from the forward stage.
+    torch = pytest.importorskip("torch")
+    from onnxtrain.training import ModuleGraphBuilder, TrainingAgent
+
+    rng = np.random.default_rng(1)
+    x, w, dy = rng.standard_normal((2, 3)), rng.standard_normal((2, 3)), rng.standard_normal((2, 3))
+    inputs = [helper.make_tensor_value_info("c", TensorProto.BOOL, []), helper.make_tensor_value_info("x", D, [2, 3])]
+    graph = helper.make_graph(if_nodes(["c", "x", "w"], ["y"]), "g", inputs, [vi("y")],
+                              [onnx_tensor("w", w)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    builder = ModuleGraphBuilder(model, ["w"], ["x"])
+    builder.build()
+    agent = TrainingAgent(builder.get_model(), builder.get_graph_info())
+    for _ in range(2):
+        outputs, state = agent.run_forward({"c": np.array(cond), "x": x, "w": w})
+        grads = agent.run_backward({"y_grad": dy}, state)
+        xt, wt = torch.tensor(x, requires_grad=True), torch.tensor(w, requires_grad=True)
+        h = torch.tanh(xt * wt) if cond else torch.sin(xt) + wt * wt
+        y = h * xt
+        y.backward(torch.tensor(dy))
+        np.testing.assert_allclose(outputs[0], y.detach().numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(grads["x"], xt.grad.numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(grads["w"], wt.grad.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def onnx_tensor(name: str, value: np.ndarray):
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(value, name)
