@@ -203,9 +203,12 @@ void GradientBuilder::mark_differentiable_paths() {
   forward_.insert(request_.wrt.begin(), request_.wrt.end());
   for (size_t i : order_) {
     const ir::Node& node = graph.nodes[i];
-    const auto from = std::find_if(node.inputs.begin(), node.inputs.end(),
+    // A control-flow node reads the values its subgraphs read too.
+    std::vector<std::string> reads = node.inputs;
+    for (std::string& in : ir::outer_scope_reads(node)) reads.push_back(std::move(in));
+    const auto from = std::find_if(reads.begin(), reads.end(),
                                    [&](const std::string& in) { return !in.empty() && forward_.contains(in); });
-    if (from == node.inputs.end()) continue;
+    if (from == reads.end()) continue;
     const bool straight_through = RuleTable::global().straight_through(node.domain, node.op_type);
     for (const std::string& out : node.outputs) {
       if (out.empty() || forward_.contains(out) || !(straight_through || differentiable(types_->dtype(out)))) continue;
@@ -221,7 +224,9 @@ void GradientBuilder::mark_differentiable_paths() {
     const auto to = std::find_if(node.outputs.begin(), node.outputs.end(),
                                  [&](const std::string& out) { return !out.empty() && backward_.contains(out); });
     if (to == node.outputs.end()) continue;
-    for (const std::string& in : node.inputs) {
+    std::vector<std::string> reads = node.inputs;
+    for (std::string& in : ir::outer_scope_reads(node)) reads.push_back(std::move(in));
+    for (const std::string& in : reads) {
       if (in.empty() || !forward_.contains(in) || backward_.contains(in)) continue;
       backward_.insert(in);
       backward_child_[in] = {*it, *to};

@@ -98,6 +98,24 @@ void GradientContext::set_input_grad(size_t i, const std::string& grad) {
   builder_.contributions_[input(i)].push_back(grad);
 }
 
+bool GradientContext::needs_grad_of(const std::string& value) const {
+  return !value.empty() && builder_.backward_.contains(value);
+}
+
+void GradientContext::add_grad(const std::string& value, const std::string& grad) {
+  if (!needs_grad_of(value) || grad.empty()) return;
+  builder_.types_->set_type_like(grad, value);
+  builder_.contributions_[value].push_back(grad);
+}
+
+std::string GradientContext::fresh_name(const std::string& hint) { return builder_.names_.fresh(hint); }
+
+void GradientContext::use_function(const std::string& name) { builder_.use_function(name); }
+
+const ir::Model& GradientContext::model() const { return builder_.model_; }
+
+const ir::ValueType* GradientContext::type_of(const std::string& value) const { return builder_.types_->find(value); }
+
 std::string GradientContext::emit(std::string op_type, std::vector<std::string> inputs,
                                   std::vector<ir::Attribute> attributes) {
   return builder_.add_node(std::move(op_type), "", std::move(inputs), std::move(attributes), 1)[0];

@@ -73,6 +73,18 @@ class GradientContext {
   bool needs_grad(size_t i) const;
   // Adds `grad` (the shape of input i) to the gradient of input i.
   void set_input_grad(size_t i, const std::string& grad);
+  // The same for any value of the graph: the outer-scope values a control-flow node's
+  // subgraphs read (ir::outer_scope_reads), which are not among its inputs.
+  bool needs_grad_of(const std::string& value) const;
+  void add_grad(const std::string& value, const std::string& grad);
+  // A value name no other value of the model has, from `hint`.
+  std::string fresh_name(const std::string& hint);
+  // Defines the org.onnxtrain function `name` in the model (a subgraph's gradient calls it).
+  void use_function(const std::string& name);
+  // The model being differentiated (its opsets and functions, for a subgraph's gradient).
+  const ir::Model& model() const;
+  // What static inference knows of `value`; nullptr when nothing.
+  const ir::ValueType* type_of(const std::string& value) const;
 
   // --- emitting nodes (default domain, at the model's opset)
   std::string emit(std::string op_type, std::vector<std::string> inputs, std::vector<ir::Attribute> attributes = {});

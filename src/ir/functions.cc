@@ -113,6 +113,7 @@ std::vector<Node> expand_call(const Function& function, const Node& call, const 
       attributes.push_back(std::move(copy));
     }
     node.attributes = std::move(attributes);
+    rename_outer_scope_reads(node, value_name);  // a Loop's body reading the function's values
     body.push_back(std::move(node));
   }
   return body;

@@ -39,6 +39,78 @@ const Function* Model::function(std::string_view function_domain, std::string_vi
   return nullptr;
 }
 
+namespace {
+
+void add_free_values(const Graph& graph, std::vector<std::string>& reads, std::unordered_set<std::string>& seen) {
+  std::unordered_set<std::string_view> defined;
+  for (const ValueInfo& v : graph.inputs) defined.insert(v.name);
+  for (const auto& [name, tensor] : graph.initializers) defined.insert(name);
+  for (const Node& node : graph.nodes) {
+    for (const std::string& out : node.outputs) defined.insert(out);
+  }
+  auto read = [&](const std::string& name) {
+    if (name.empty() || defined.contains(name) || seen.contains(name)) return;
+    seen.insert(name);
+    reads.push_back(name);
+  };
+  for (const Node& node : graph.nodes) {
+    for (const std::string& in : node.inputs) read(in);
+    for (const std::string& in : outer_scope_reads(node)) read(in);
+  }
+  for (const ValueInfo& v : graph.outputs) read(v.name);
+}
+
+}  // namespace
+
+std::vector<std::string> free_values(const Graph& graph) {
+  std::vector<std::string> reads;
+  std::unordered_set<std::string> seen;
+  add_free_values(graph, reads, seen);
+  return reads;
+}
+
+std::vector<std::string> outer_scope_reads(const Node& node) {
+  std::vector<std::string> reads;
+  std::unordered_set<std::string> seen;
+  for (const Attribute& a : node.attributes) {
+    if (a.g) add_free_values(*a.g, reads, seen);
+    for (const auto& g : a.graphs) add_free_values(*g, reads, seen);
+  }
+  return reads;
+}
+
+namespace {
+
+void rename_free_values(Graph& graph, const std::function<std::string(const std::string&)>& rename) {
+  std::unordered_set<std::string> defined;
+  for (const ValueInfo& v : graph.inputs) defined.insert(v.name);
+  for (const auto& [name, tensor] : graph.initializers) defined.insert(name);
+  for (const Node& node : graph.nodes) defined.insert(node.outputs.begin(), node.outputs.end());
+  const auto outer = [&](const std::string& name) {
+    return name.empty() || defined.contains(name) ? name : rename(name);
+  };
+  for (Node& node : graph.nodes) {
+    for (std::string& in : node.inputs) in = outer(in);
+    rename_outer_scope_reads(node, outer);
+  }
+  for (ValueInfo& v : graph.outputs) v.name = outer(v.name);
+}
+
+}  // namespace
+
+void rename_outer_scope_reads(Node& node, const std::function<std::string(const std::string&)>& rename) {
+  for (Attribute& a : node.attributes) {
+    if (a.g) {
+      a.g = std::make_shared<Graph>(*a.g);
+      rename_free_values(*a.g, rename);
+    }
+    for (auto& g : a.graphs) {
+      g = std::make_shared<Graph>(*g);
+      rename_free_values(*g, rename);
+    }
+  }
+}
+
 std::vector<size_t> topological_order(const Graph& graph) {
   std::unordered_set<std::string_view> available;
   for (const ValueInfo& v : graph.inputs) available.insert(v.name);
@@ -55,15 +127,23 @@ std::vector<size_t> topological_order(const Graph& graph) {
   std::unordered_map<std::string_view, std::vector<size_t>> waiting;
   std::vector<size_t> ready;
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
-    for (const std::string& in : graph.nodes[i].inputs) {
+    std::vector<std::string> reads = graph.nodes[i].inputs;
+    for (const Attribute& a : graph.nodes[i].attributes) {
+      if (!a.g && a.graphs.empty()) continue;
+      const std::vector<std::string> outer = outer_scope_reads(graph.nodes[i]);
+      reads.insert(reads.end(), outer.begin(), outer.end());
+      break;
+    }
+    for (const std::string& in : reads) {
       if (in.empty() || available.contains(in)) continue;
-      if (!producer.contains(in)) {
+      const auto made = producer.find(in);
+      if (made == producer.end()) {
         throw Error(graph.nodes[i].describe() + " reads '" + in +
                         "', which is neither a graph input, an initializer nor a node output",
                     ErrorKind::kInvalidModel);
       }
       ++pending[i];
-      waiting[in].push_back(i);
+      waiting[made->first].push_back(i);  // a key that outlives `reads`
     }
     if (pending[i] == 0) ready.push_back(i);
   }

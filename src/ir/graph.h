@@ -5,6 +5,7 @@
 #include <onnxtrain/tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -152,7 +153,19 @@ inline std::string_view canonical_domain(std::string_view domain) {
   return domain == "ai.onnx" ? std::string_view{} : domain;
 }
 
-// Nodes in an order where every node follows the producers of its inputs. Throws an Error
+// The values that `node`'s graph attributes (If's branches, Loop's and Scan's bodies, and
+// the graphs nested in those) read from scopes outside them, in first-read order: a control
+// flow node's implicit inputs.
+std::vector<std::string> outer_scope_reads(const Node& node);
+// Renames, in `node`'s graph attributes (copied, not shared), the values they read from
+// outside themselves: a function call's body inlined with its values renamed.
+void rename_outer_scope_reads(Node& node, const std::function<std::string(const std::string&)>& rename);
+// The values `graph` reads that it does not define itself (inputs, initializers, outputs of
+// its nodes), nested graphs included, in first-read order.
+std::vector<std::string> free_values(const Graph& graph);
+
+// Nodes in an order where every node follows the producers of its inputs (and of the
+// outer-scope values its subgraphs read). Throws an Error
 // naming a node on a cycle, or an input that nothing produces.
 std::vector<size_t> topological_order(const Graph& graph);
 

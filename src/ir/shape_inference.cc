@@ -235,6 +235,7 @@ std::vector<ValueType> ShapeInference::infer_outputs(const Node& node, int depth
   const bool onnx_op = is_default_domain(node.domain);
   const int64_t opset = node.opset ? node.opset : (onnx_op ? default_opset_ : 1);
   ShapeContext context(node, opset, std::move(inputs), std::move(constants));
+  context.set_scope(this);
   if (ShapeRule rule = ShapeRuleTable::global().find(node.domain, node.op_type)) {
     rule(context);
     return context.outputs();

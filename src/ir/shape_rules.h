@@ -60,6 +60,11 @@ class ShapeContext {
   // Axes from the attribute (older opsets) or from constant input `input_index` (newer ones).
   std::optional<std::vector<int64_t>> axes(size_t input_index) const;
 
+  // What the inference around the node knows of `value`: the outer-scope values a control
+  // flow node's subgraphs read. nullptr when nothing is known.
+  const ValueType* scope_value(const std::string& value) const { return scope_ ? scope_->find(value) : nullptr; }
+  void set_scope(const ShapeInference* scope) { scope_ = scope; }
+
   void set(size_t output, DType dtype, std::optional<SymbolicShape> shape = std::nullopt);
   // Output `output` has the element type and shape of input `input`.
   void set_like(size_t output, size_t input);
@@ -71,6 +76,7 @@ class ShapeContext {
   std::vector<const ValueType*> inputs_;
   std::vector<const Tensor*> constants_;
   std::vector<ValueType> outputs_;
+  const ShapeInference* scope_ = nullptr;
 };
 
 using ShapeRule = void (*)(ShapeContext&);

@@ -15,6 +15,15 @@ const Tensor* KernelInfo::packable_constant_input(size_t i) const {
   return readers_(node_.inputs[i]) > here ? nullptr : constant;
 }
 
+std::unique_ptr<Subgraph> KernelInfo::subgraph(std::string_view name) const {
+  const ir::Attribute* a = node_.attribute(name);
+  if (a == nullptr || a->type != ir::AttributeType::kGraph || !a->g) {
+    fail("graph attribute '" + std::string(name) + "' is missing");
+  }
+  if (!subgraphs_) fail("subgraphs run in an executor only");
+  return subgraphs_(*a->g);
+}
+
 void KernelInfo::fail(const std::string& message) const {
   throw Error(node_.describe() + ": " + message, ErrorKind::kInvalidModel);
 }

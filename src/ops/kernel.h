@@ -16,11 +16,26 @@
 
 namespace onnxtrain {
 
+class KernelContext;
+
+// A graph attribute of a control-flow node (If's branches, Loop's and Scan's body), compiled
+// by the runtime once, when the node's kernel is created, into the plan the main graph runs
+// on. The values the body reads from enclosing scopes reach the node as implicit inputs,
+// after its own: KernelContext::input(node().inputs.size() + k).
+class Subgraph {
+ public:
+  virtual ~Subgraph() = default;
+  virtual const ir::Graph& graph() const = 0;
+  // Runs the body once: inputs[i] feeds the body's input i; returns its outputs in order.
+  virtual std::vector<Tensor> run(KernelContext& context, std::span<const Tensor> inputs) = 0;
+};
+
 // Built once per node. Reads and validates attributes; errors name the node.
 class KernelInfo {
  public:
   using ConstantLookup = std::function<const Tensor*(std::string_view)>;
   using ReaderCount = std::function<size_t(std::string_view)>;
+  using SubgraphCompiler = std::function<std::unique_ptr<Subgraph>(const ir::Graph&)>;
 
   KernelInfo(const ir::Node& node, int64_t opset, ConstantLookup constants, ReaderCount readers = nullptr)
       : node_(node), opset_(opset), constants_(std::move(constants)), readers_(std::move(readers)) {}
@@ -50,6 +65,9 @@ class KernelInfo {
   std::vector<float> floats_attribute(std::string_view name,
                                       std::optional<std::vector<float>> fallback = std::nullopt) const;
   const Tensor* tensor_attribute(std::string_view name) const;
+  // Graph attribute `name`, compiled by the runtime (fails when the node lacks it).
+  std::unique_ptr<Subgraph> subgraph(std::string_view name) const;
+  void set_subgraph_compiler(SubgraphCompiler compiler) { subgraphs_ = std::move(compiler); }
 
   // Throws an Error (kInvalidModel) that names the node.
   [[noreturn]] void fail(const std::string& message) const;
@@ -60,7 +78,8 @@ class KernelInfo {
   const ir::Node& node_;
   int64_t opset_;
   ConstantLookup constants_;
-  ReaderCount readers_;  // how many node inputs read a value; null: unknown
+  ReaderCount readers_;         // how many node inputs read a value; null: unknown
+  SubgraphCompiler subgraphs_;  // null where no runtime compiles subgraphs
 };
 
 // Implemented by the runtime: where output and scratch buffers come from.

@@ -80,6 +80,41 @@ Tensor handed_out(const Tensor& value) {
 
 }  // namespace
 
+// A body compiled once, at its node's kernel creation: an executor of the body, with the
+// values it reads from enclosing scopes as extra inputs, fed from the node's implicit inputs.
+class CompiledSubgraph final : public Subgraph {
+ public:
+  CompiledSubgraph(const ir::Graph& body, std::unique_ptr<Executor> executor,
+                   std::vector<std::pair<std::string, size_t>> outer)
+      : body_(body), executor_(std::move(executor)), outer_(std::move(outer)) {
+    std::vector<std::string> feeds;
+    for (const ir::ValueInfo& input : body_.inputs) feeds.push_back(input.name);
+    for (const auto& [name, k] : outer_) feeds.push_back(name);
+    binding_ = executor_->bind(feeds, {});  // names looked up once, not per iteration
+  }
+
+  const ir::Graph& graph() const override { return body_; }
+
+  std::vector<Tensor> run(KernelContext& context, std::span<const Tensor> inputs) override {
+    if (inputs.size() != body_.inputs.size()) {
+      context.fail("subgraph '" + body_.name + "' takes " + std::to_string(body_.inputs.size()) + " inputs, given " +
+                   std::to_string(inputs.size()));
+    }
+    NamedTensors feeds;
+    feeds.reserve(inputs.size() + outer_.size());
+    for (const Tensor& input : inputs) feeds.emplace_back(std::string(), input);
+    const size_t first_implicit = context.node().inputs.size();
+    for (const auto& [name, k] : outer_) feeds.emplace_back(std::string(), context.input(first_implicit + k));
+    return executor_->run(binding_, feeds, {});
+  }
+
+ private:
+  const ir::Graph& body_;
+  std::unique_ptr<Executor> executor_;
+  std::vector<std::pair<std::string, size_t>> outer_;  // body input name, index in the node's implicit inputs
+  Executor::Binding binding_;                          // the body's inputs, then outer_
+};
+
 // The values of one run, and the BufferSource its kernels allocate from. Its vectors live
 // in the executor between runs (FrameState), so that a run allocates none of them; what the
 // steps compute goes to `computed`, which a staged run keeps in its RunState.
@@ -286,7 +321,19 @@ void Executor::create_steps() {
     step.node = &node;
     for (const auto& in : node.inputs) step.inputs.push_back(in.empty() ? -1 : value_id(in));
     for (const auto& out : node.outputs) step.outputs.push_back(out.empty() ? -1 : value_id(out));
-    step.kernel = def->create(KernelInfo(node, opset, constant, readers));
+    // What its subgraphs read from this graph (or from scopes around it) follows its inputs.
+    const std::vector<std::string> implicit = ir::outer_scope_reads(node);
+    for (const auto& name : implicit) {
+      const int id = value_id(name);
+      if (id < 0) {
+        throw Error(node.describe() + ": a subgraph reads '" + name + "', which no enclosing graph defines",
+                    ErrorKind::kInvalidModel);
+      }
+      step.inputs.push_back(id);
+    }
+    KernelInfo info(node, opset, constant, readers);
+    info.set_subgraph_compiler([this, implicit](const ir::Graph& body) { return compile_subgraph(body, implicit); });
+    step.kernel = def->create(info);
     step.packed_types = def->constraints.packed_types;
     steps_.push_back(std::move(step));
   }
@@ -295,6 +342,33 @@ void Executor::create_steps() {
     for (const auto& m : missing) list += "\n  " + m;
     throw Error("onnxtrain has no kernel for these ops:" + list, ErrorKind::kNotImplemented);
   }
+}
+
+std::unique_ptr<Subgraph> Executor::compile_subgraph(const ir::Graph& body,
+                                                     const std::vector<std::string>& implicit) const {
+  ir::Model model;
+  model.ir_version = model_.ir_version;
+  model.opset_imports = model_.opset_imports;
+  model.functions = model_.functions;
+  model.graph = body;
+  std::vector<std::pair<std::string, size_t>> outer;
+  for (const std::string& name : ir::free_values(body)) {
+    const auto k = std::find(implicit.begin(), implicit.end(), name);
+    if (k == implicit.end()) {
+      throw Error("subgraph '" + body.name + "' reads '" + name + "', which no enclosing graph defines",
+                  ErrorKind::kInvalidModel);
+    }
+    ir::ValueInfo input;
+    input.name = name;
+    model.graph.inputs.push_back(std::move(input));
+    outer.emplace_back(name, static_cast<size_t>(k - implicit.begin()));
+  }
+  SessionOptions options = options_;
+  options.enable_profiling = false;
+  options.optimized_model_filepath.clear();
+  auto executor = std::make_unique<Executor>(std::move(model), options);
+  executor->plan_limit_ = 16;
+  return std::make_unique<CompiledSubgraph>(body, std::move(executor), std::move(outer));
 }
 
 const Executor::Program& Executor::program_for(const std::vector<std::string>& output_names) {
@@ -533,6 +607,7 @@ void Executor::return_arena(const std::vector<int64_t>& signature, BufferArena& 
   ArenaLease done = std::exchange(lease, {});
   if (arena.recording()) {
     if (!complete) return;  // a run that stopped early recorded part of its requests only
+    if (plans_.size() >= plan_limit_) return;
     auto plan = std::make_shared<const MemoryPlan>(arena.requests());
     release_freed_memory();  // before the arena takes the recorded buffers' place
     plans_[signature] = {plan, {allocator_.allocate(plan->arena_bytes())}};

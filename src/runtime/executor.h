@@ -10,6 +10,7 @@
 
 #include <onnxtrain/inference_session.h>
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -118,6 +119,9 @@ class Executor {
 
   int value_id(const std::string& name) const;
   void create_steps();
+  // A graph attribute of a node of this graph, compiled into an executor of its own whose
+  // extra inputs are the outer-scope values it reads (`implicit`: the node's implicit inputs).
+  std::unique_ptr<Subgraph> compile_subgraph(const ir::Graph& body, const std::vector<std::string>& implicit) const;
   const Program& program_for(const std::vector<std::string>& output_names);
   Program make_program(const std::vector<std::vector<std::string>>& stage_outputs);
   size_t graph_input_index(const std::string& name) const;
@@ -156,6 +160,9 @@ class Executor {
   std::map<std::vector<std::string>, Program> programs_;
   std::map<std::vector<std::vector<std::string>>, Program> staged_programs_;
   std::map<std::vector<int64_t>, PlannedArena> plans_;
+  // The most plans kept: a loop body whose carried values grow meets a new signature each
+  // iteration, and past this many runs them from the heap instead of recording more.
+  size_t plan_limit_ = std::numeric_limits<size_t>::max();
   std::mutex mutex_;
   // Per run, kept between runs to reuse their capacity (runs hold mutex_).
   std::vector<int64_t> signature_;                          // the plan key
