@@ -14,7 +14,9 @@ namespace {
 constexpr int64_t kMinOpset = 13;
 
 // Only floating-point values carry gradients; a value whose type is unknown might.
-bool differentiable(DType dtype) { return dtype == DType::kUndefined || is_floating(dtype); }
+bool differentiable(DType dtype) {
+  return dtype == DType::kUndefined || is_floating(dtype);
+}
 
 bool is_default_domain(std::string_view domain) {
   return ir::canonical_domain(domain).empty();
@@ -349,8 +351,8 @@ std::string GradientBuilder::constant(Tensor value, const std::string& base) {
 
 std::optional<Shape> GradientBuilder::fixed_shape(const std::string& value) const {
   const ir::Graph& graph = model_.graph;
-  const auto input = std::find_if(graph.inputs.begin(), graph.inputs.end(),
-                                  [&](const ir::ValueInfo& v) { return v.name == value; });
+  const auto input =
+      std::find_if(graph.inputs.begin(), graph.inputs.end(), [&](const ir::ValueInfo& v) { return v.name == value; });
   if (input == graph.inputs.end()) {
     const Tensor* initializer = graph.initializer(value);
     return initializer ? std::optional(initializer->shape()) : std::nullopt;
@@ -368,8 +370,8 @@ std::string GradientBuilder::shape_of(const std::string& value) {
   if (auto it = shape_cache_.find(value); it != shape_cache_.end()) return it->second;
   if (const std::optional<Shape> fixed = fixed_shape(value)) {
     // Nothing to compute at run time (the executor refuses feeds of another shape).
-    const std::string name = constant(Tensor::from_vector<int64_t>({static_cast<int64_t>(fixed->size())}, *fixed),
-                                      "shape");
+    const std::string name =
+        constant(Tensor::from_vector<int64_t>({static_cast<int64_t>(fixed->size())}, *fixed), "shape");
     shape_cache_[value] = name;
     return name;
   }

@@ -108,13 +108,21 @@ void GradientContext::add_grad(const std::string& value, const std::string& grad
   builder_.contributions_[value].push_back(grad);
 }
 
-std::string GradientContext::fresh_name(const std::string& hint) { return builder_.names_.fresh(hint); }
+std::string GradientContext::fresh_name(const std::string& hint) {
+  return builder_.names_.fresh(hint);
+}
 
-void GradientContext::use_function(const std::string& name) { builder_.use_function(name); }
+void GradientContext::use_function(const std::string& name) {
+  builder_.use_function(name);
+}
 
-const ir::Model& GradientContext::model() const { return builder_.model_; }
+const ir::Model& GradientContext::model() const {
+  return builder_.model_;
+}
 
-const ir::ValueType* GradientContext::type_of(const std::string& value) const { return builder_.types_->find(value); }
+const ir::ValueType* GradientContext::type_of(const std::string& value) const {
+  return builder_.types_->find(value);
+}
 
 std::string GradientContext::emit(std::string op_type, std::vector<std::string> inputs,
                                   std::vector<ir::Attribute> attributes) {

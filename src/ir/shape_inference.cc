@@ -20,7 +20,9 @@ ValueType type_of(const Tensor& t) {
   return {t.dtype(), shape};
 }
 
-bool is_default_domain(std::string_view domain) { return canonical_domain(domain).empty(); }
+bool is_default_domain(std::string_view domain) {
+  return canonical_domain(domain).empty();
+}
 
 // The tensor a Constant node holds (value, value_float(s), value_int(s)); undefined otherwise.
 Tensor constant_value(const Node& node) {
@@ -149,7 +151,9 @@ std::optional<size_t> axis_index(int64_t axis, size_t rank) {
   return static_cast<size_t>(axis < 0 ? axis + r : axis);
 }
 
-void same_as_input(ShapeContext& c) { c.set_like(0, 0); }
+void same_as_input(ShapeContext& c) {
+  c.set_like(0, 0);
+}
 
 void broadcasting(ShapeContext& c) {
   std::vector<const SymbolicShape*> shapes;
@@ -213,7 +217,9 @@ void ShapeInference::set(const std::string& value, const ValueType& type) {
   set_shape(e, type.shape);
 }
 
-void ShapeInference::set_dtype(const std::string& value, DType dtype) { set(value, ValueType{dtype, std::nullopt}); }
+void ShapeInference::set_dtype(const std::string& value, DType dtype) {
+  set(value, ValueType{dtype, std::nullopt});
+}
 
 void ShapeInference::set_type_like(const std::string& value, const std::string& like) {
   if (const ValueType* t = find(like)) set(value, ValueType(*t));
@@ -257,7 +263,8 @@ std::vector<ValueType> ShapeInference::infer_call(const Node& node, const Functi
   // The body's inputs and outputs are named as the call names them, so the caller's types
   // and constants serve it directly; its other values get a prefix no caller's value has.
   const std::string prefix = "\x01" + function.name + "/";
-  ShapeInference body({}, body_opset, [this](const std::string& v) { return constant(v); }, functions_);
+  ShapeInference body(
+      {}, body_opset, [this](const std::string& v) { return constant(v); }, functions_);
   for (const std::string& in : node.inputs) {
     if (const ValueType* t = in.empty() ? nullptr : find(in)) body.entries_[in].type = *t;
   }
@@ -337,8 +344,7 @@ std::map<std::string, ValueType> infer_types(const Model& model) {
                            [&model](std::string_view domain, std::string_view name) -> const Function* {
                              if (const Function* f = model.function(domain, name)) return f;
                              const FunctionLibrary& library = FunctionLibrary::global();
-                             return domain == kOnnxtrainDomain && library.contains(name) ? &library.get(name)
-                                                                                         : nullptr;
+                             return domain == kOnnxtrainDomain && library.contains(name) ? &library.get(name) : nullptr;
                            });
   inference.infer_graph(model.graph);
   return inference.types();

@@ -108,10 +108,16 @@ struct ShapeRuleRegistration {
 
 // ---- pieces the families share
 
-inline Dim known(int64_t value) { return Dim{value, {}}; }
-inline bool is_one(const Dim& d) { return d.value && *d.value == 1; }
+inline Dim known(int64_t value) {
+  return Dim{value, {}};
+}
+inline bool is_one(const Dim& d) {
+  return d.value && *d.value == 1;
+}
 // A shape of `rank` unknown dimensions.
-inline SymbolicShape unknown_dims(size_t rank) { return SymbolicShape(rank); }
+inline SymbolicShape unknown_dims(size_t rank) {
+  return SymbolicShape(rank);
+}
 // The numpy broadcast of `shapes`; nullopt when one is unknown.
 std::optional<SymbolicShape> broadcast(const std::vector<const SymbolicShape*>& shapes);
 // The product of dimensions [begin, end) when all are known.

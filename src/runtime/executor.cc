@@ -15,16 +15,18 @@
 
 #include "core/allocator.h"
 #include "core/parallel.h"
+#include "ir/onnx_io.h"
 #include "ir/shape_inference.h"
 #include "ops/kernel_registry.h"
-#include "ir/onnx_io.h"
 #include "passes/pipeline.h"
 #include "passes/value_reads.h"
 
 namespace onnxtrain::runtime {
 namespace {
 
-ValueMetadata metadata_of(const ir::ValueInfo& info) { return ir::metadata_of(info.name, {info.dtype, info.shape}); }
+ValueMetadata metadata_of(const ir::ValueInfo& info) {
+  return ir::metadata_of(info.name, {info.dtype, info.shape});
+}
 
 std::string describe_type(const ir::ValueInfo& info) {
   std::string text(dtype_name(info.dtype));
@@ -265,9 +267,8 @@ Executor::Executor(ir::Model model, SessionOptions options)
   }
   is_graph_output_.assign(value_names_.size(), false);
   // What the model does not declare of its outputs, inference may know.
-  const bool undeclared = std::any_of(graph.outputs.begin(), graph.outputs.end(), [](const ir::ValueInfo& v) {
-    return v.dtype == DType::kUndefined || !v.shape;
-  });
+  const bool undeclared = std::any_of(graph.outputs.begin(), graph.outputs.end(),
+                                      [](const ir::ValueInfo& v) { return v.dtype == DType::kUndefined || !v.shape; });
   const auto inferred = undeclared ? ir::infer_types(model_) : std::map<std::string, ir::ValueType>{};
   for (const auto& v : graph.outputs) {
     if (!value_ids_.contains(v.name)) {
@@ -758,7 +759,9 @@ std::unique_ptr<RunState> Executor::start(const Stages& stages) {
   return state;
 }
 
-std::string Executor::end_profiling() { return profiler_ ? profiler_->write() : std::string(); }
+std::string Executor::end_profiling() {
+  return profiler_ ? profiler_->write() : std::string();
+}
 
 std::vector<Tensor> Executor::run_stage(RunState& state, const NamedTensors& feeds) {
   if (state.executor_ != this)

@@ -87,8 +87,8 @@ class Executor {
   struct Step {
     const ir::Node* node = nullptr;
     std::unique_ptr<OpKernel> kernel;
-    std::vector<int> inputs;   // value ids, -1 for an omitted optional input
-    std::vector<int> outputs;  // value ids, -1 for an omitted optional output
+    std::vector<int> inputs;    // value ids, -1 for an omitted optional input
+    std::vector<int> outputs;   // value ids, -1 for an omitted optional output
     bool packed_types = false;  // the kernel takes packed 4-bit inputs (KernelConstraints)
   };
   struct GraphInput {
@@ -144,7 +144,7 @@ class Executor {
   ir::Model model_;
   SessionOptions options_;
   std::unique_ptr<Profiler> profiler_;  // with SessionOptions::enable_profiling
-  Device device_ = Device::cpu();  // where the kernels run and the arenas live
+  Device device_ = Device::cpu();       // where the kernels run and the arenas live
   Allocator& allocator_;
   std::vector<std::string> value_names_;
   std::unordered_map<std::string, int> value_ids_;
