@@ -125,6 +125,14 @@ def summary_section(outcomes: Sequence[Outcome], context: dict[str, str]) -> lis
         o.status == "passed" and backend_runner.random_check_description(o.name) is not None
         for o in outcomes
     )
+    # Tensor-typed: every test whose inputs and outputs are tensors of a type onnxtrain has
+    # (not sequences, optionals or strings, which are not executor values).
+    not_tensor_typed = sum(
+        o.status == "skipped" and ("not a tensor" in o.reason or "unsupported dtype: STRING" in o.reason)
+        for o in outcomes
+    )
+    tensor_typed = len(outcomes) - not_tensor_typed
+    overall = f"{counts['passed'] / tensor_typed:.1%}" if tensor_typed else "n/a"
     lines = ["## Summary", ""]
     lines += table(
         ["", ""],
@@ -139,6 +147,8 @@ def summary_section(outcomes: Sequence[Outcome], context: dict[str, str]) -> lis
                 "pass rate (passed / applicable)",
                 f"{rate} (required: {expectations.MIN_PASS_RATE:.0%})",
             ),
+            ("tensor-typed tests (no sequence, optional or string values)", tensor_typed),
+            ("overall pass rate (passed / tensor-typed)", overall),
         ],
     )
     return lines

@@ -198,24 +198,31 @@ def test_a_new_input_dtype_exports_again():
     torch.testing.assert_close(out, module(x), rtol=1e-12, atol=1e-12)
 
 
-class GridSampler(torch.nn.Module):
+class InverseErf(torch.nn.Module):
+    """erfinv, exported (through a symbolic the test registers) as an op of a domain no
+    runtime knows: an op onnxtrain has no kernel for."""
+
     def __init__(self):
         super().__init__()
         self.fc = torch.nn.Linear(4, 4)
 
-    def forward(self, image, grid):
-        return torch.nn.functional.grid_sample(self.fc(image), grid, align_corners=False)
+    def forward(self, x):
+        return torch.special.erfinv(0.5 * torch.tanh(self.fc(x)))
 
 
 def test_an_op_onnxtrain_cannot_run_falls_back_with_its_name(monkeypatch):
     monkeypatch.delenv("ORTMODULE_FALLBACK_POLICY", raising=False)
-    module = GridSampler()
-    wrapped = ORTModule(module)
-    image, grid = torch.randn(1, 2, 4, 4), torch.rand(1, 3, 3, 2) * 2 - 1
-    with pytest.warns(UserWarning, match="GridSample"):
-        out = wrapped(image, grid)
-    torch.testing.assert_close(out, module(image, grid))
-    assert "GridSample" in wrapped.fallback_reason
+    torch.onnx.register_custom_op_symbolic("aten::erfinv", lambda g, x: g.op("test.unknown::InverseErf", x), 9)
+    try:
+        module = InverseErf()
+        wrapped = ORTModule(module)
+        x = torch.randn(3, 4)
+        with pytest.warns(UserWarning, match="InverseErf"):
+            out = wrapped(x)
+        torch.testing.assert_close(out, module(x))
+        assert "InverseErf" in wrapped.fallback_reason
+    finally:
+        torch.onnx.unregister_custom_op_symbolic("aten::erfinv", 9)
 
 
 def test_gradient_accumulation_and_dropped_graphs():
