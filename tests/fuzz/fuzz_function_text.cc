@@ -9,7 +9,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
-    onnxtrain::autodiff::parse_function(std::string_view(reinterpret_cast<const char*>(data), size), "org.fuzz");
+    onnxtrain::ir::parse_function(std::string_view(reinterpret_cast<const char*>(data), size), "org.fuzz");
   } catch (const onnxtrain::Error&) {
   }
   return 0;

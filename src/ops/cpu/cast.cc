@@ -11,6 +11,24 @@
 namespace onnxtrain {
 namespace {
 
+// `out` = `x` converted element by element from From to To (convert.h's element kinds). A
+// function template, not a branch inside the dispatching lambdas: clang checks the discarded
+// `if constexpr` branch of a nested generic lambda.
+template <typename From, typename To>
+void convert_elements(const Tensor& x, Tensor& out, const convert::Options& options) {
+  if constexpr (From::kStandard && To::kStandard) {
+    using F = typename From::Type;
+    using T = typename To::Type;
+    elementwise::map(x.data<F>(), out.data<T>(), x.numel(), [](auto v) { return convert::to_standard<T>(v); });
+  } else {
+    const void* in = x.raw_data();
+    convert::parallel_pairs(x.numel(), elementwise::kGrain, [&](int64_t begin, int64_t end) {
+      convert::write_range<To>(
+          out.raw_data(), begin, end, [in](int64_t i) { return From::read(in, i); }, options);
+    });
+  }
+}
+
 // Output 0 = input 0 converted to `to`.
 void cast(KernelContext& ctx, DType to, const convert::Options& options) {
   const Tensor& x = ctx.input(0);
@@ -24,17 +42,7 @@ void cast(KernelContext& ctx, DType to, const convert::Options& options) {
       // A buffer of its own: threads writing a narrower type over the input would overwrite
       // elements other threads have yet to read.
       Tensor& out = ctx.allocate_output(0, to, x.shape());
-      if constexpr (From::kStandard && To::kStandard) {
-        using F = typename From::Type;
-        using T = typename To::Type;
-        elementwise::map(x.data<F>(), out.data<T>(), x.numel(), [](auto v) { return convert::to_standard<T>(v); });
-      } else {
-        const void* in = x.raw_data();
-        convert::parallel_pairs(x.numel(), elementwise::kGrain, [&](int64_t begin, int64_t end) {
-          convert::write_range<To>(
-              out.raw_data(), begin, end, [in](int64_t i) { return From::read(in, i); }, options);
-        });
-      }
+      convert_elements<From, To>(x, out, options);
     });
   });
 }
