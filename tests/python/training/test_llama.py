@@ -7,19 +7,21 @@ layers, SwiGLU MLP of width 64, sequences of 8, batches of 2) is a torch module.
 no rotary op to export as RotaryEmbedding (and torch 2.9's dynamo exporter fails at
 opset_version=23 in its version converter), so the ONNX graph is written here with
 onnx.helper from the module's own weights, in two layouts: 3-D ([B, S, H * D], fixed shapes)
-and 4-D ([B, H, S, D], symbolic batch and length). generate_artifacts (cross-entropy,
-AdamW in torch's mode) and the training API then train it for 100 steps while PyTorch trains
-the module with torch.optim.AdamW: every step's loss must match within rtol 1e-8 in float64
-(onnxtrain's kernels of the three ops take float64 beyond the spec's types; measured: 3.5e-13
-at most over the 100 steps, either layout) and 1e-3 in float32 (measured: 6.8e-6); the loss
-falls from 4.03 to 0.78. The 4-D model also takes another batch size and length: loss and
-every gradient as torch.autograd's. One thread on both sides.
-The float32 artifacts also run in stock onnxruntime (1.23 has CPU kernels of the three ops in
-float32): its training graph gives onnxtrain's loss and gradients (measured: 4.8e-7 apart at
-most), its eval graph the same loss."""
+and 4-D ([B, H, S, D], symbolic batch and length). generate_artifacts (cross-entropy, AdamW
+in torch's mode) and the training API then train it for 100 steps while PyTorch trains the
+module with torch.optim.AdamW: every step's loss must match within rtol 1e-8 in float64
+(onnxtrain's kernels of the three ops take float64 beyond the spec's types; measured:
+3.5e-13 at most over the 100 steps, either layout) and 1e-3 in float32 (measured: 6.8e-6);
+the loss falls from 4.03 to 0.78. The trained parameters, exported for inference, give the
+trained torch module's logits (in onnxruntime too, float32: 3.7e-5 apart at most). The 4-D
+model also takes another batch size and length: loss and every gradient as torch.autograd's.
+One thread on both sides. The float32 artifacts also run in stock onnxruntime (1.23 has CPU
+kernels of the three ops in float32): its training graph gives onnxtrain's loss and
+gradients (measured: 4.8e-7 apart at most), its eval graph the same loss."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +31,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 torch = pytest.importorskip("torch")
 
+import onnxtrain  # noqa: E402
 from onnxtrain import SessionOptions  # noqa: E402
 from onnxtrain.training import artifacts  # noqa: E402
 from onnxtrain.training.api import CheckpointState, Module, Optimizer  # noqa: E402
@@ -238,7 +241,8 @@ def exported(tmp_path_factory):  # type: ignore[no-untyped-def]
     return get
 
 
-def onnxtrain_losses(folder: Path) -> list[float]:
+def onnxtrain_losses(folder: Path) -> tuple[list[float], Module]:
+    """Every step's loss, and the trained module."""
     state = CheckpointState.load_checkpoint(folder / "checkpoint")
     options = SessionOptions()
     options.intra_op_num_threads = 1
@@ -250,10 +254,11 @@ def onnxtrain_losses(folder: Path) -> list[float]:
         losses.append(float(module(input_ids, labels)))
         optimizer.step()
         module.lazy_reset_grad()
-    return losses
+    return losses, module
 
 
-def torch_losses(dtype: np.dtype) -> list[float]:
+def torch_losses(dtype: np.dtype) -> tuple[list[float], TinyLlama]:
+    """Every step's loss, and the trained module."""
     net = TinyLlama().to(torch.float64 if dtype == np.float64 else torch.float32).train()
     opt = torch.optim.AdamW(net.parameters(), lr=LR, eps=1e-8, weight_decay=0.01)
     losses = []
@@ -263,7 +268,7 @@ def torch_losses(dtype: np.dtype) -> list[float]:
         loss.backward()
         opt.step()
         losses.append(loss.item())
-    return losses
+    return losses, net
 
 
 def training_feeds(folder: Path, trainable: list[str], input_ids: np.ndarray, labels: np.ndarray) -> dict:
@@ -283,16 +288,28 @@ def test_every_step_matches_pytorch(exported, dtype: str, rtol: float, layout: s
     training = onnx.load(str(folder / "training_model.onnx"))
     ops = {n.op_type for n in training.graph.node}
     assert {"Attention", "RMSNormalization", "RotaryEmbedding"} <= ops, ops
-    ours, theirs = onnxtrain_losses(folder), torch_losses(np.dtype(dtype))
+    (ours, module), (theirs, net) = onnxtrain_losses(folder), torch_losses(np.dtype(dtype))
     np.testing.assert_allclose(ours, theirs, rtol=rtol, atol=0)
     assert theirs[-1] < 0.5 * theirs[0]  # it trained, so the comparison means something
+
+    # The trained parameters, exported as an inference model, give the trained torch module's
+    # logits, in onnxruntime too where it has the kernels (float32).
+    module.export_model_for_inferencing(folder / "inference.onnx", ["logits"])
+    input_ids = batches(1)[0][0]
+    expected = net(torch.from_numpy(input_ids)).detach().numpy()
+    runtimes = [onnxtrain.InferenceSession]
+    if dtype == "float32" and importlib.util.find_spec("onnxruntime") is not None:
+        import onnxruntime as ort
+
+        runtimes.append(lambda path: ort.InferenceSession(path, providers=["CPUExecutionProvider"]))
+    for runtime in runtimes:
+        logits = runtime(str(folder / "inference.onnx")).run(None, {"input_ids": input_ids})[0]
+        np.testing.assert_allclose(logits, expected, rtol=rtol, atol=rtol)
 
 
 def test_symbolic_shapes_take_another_batch_and_length(exported) -> None:  # type: ignore[no-untyped-def]
     """The 4-D model's dims are symbolic: a batch of 3 sequences of 5 gives torch's loss and
     every parameter's gradient."""
-    import onnxtrain
-
     folder, trainable = exported("float64", "4d")
     rng = np.random.default_rng(3)
     input_ids, labels = rng.integers(0, VOCAB, (3, 5)), rng.integers(0, VOCAB, 15)
@@ -317,8 +334,6 @@ def test_artifacts_run_in_onnxruntime(exported, layout: str) -> None:  # type: i
     """float32 only: onnxruntime has no float64 kernel of RotaryEmbedding (the spec's types
     are float, float16 and bfloat16)."""
     ort = pytest.importorskip("onnxruntime")
-    import onnxtrain
-
     folder, trainable = exported("float32", layout)
     training = onnx.load(str(folder / "training_model.onnx"))
     feeds = training_feeds(folder, trainable, *batches(1)[0])
