@@ -332,7 +332,7 @@ def test_symbolic_shapes_take_another_batch_and_length(exported) -> None:  # typ
 @pytest.mark.parametrize("layout", ["3d", "4d"])
 def test_artifacts_run_in_onnxruntime(exported, layout: str) -> None:  # type: ignore[no-untyped-def]
     """float32 only: the spec's RotaryEmbedding takes no float64 (onnx.checker refuses the
-    float64 models; onnxruntime has no float64 kernel of it)."""
+    float64 models and onnxruntime rejects them as invalid graphs)."""
     ort = pytest.importorskip("onnxruntime")
     folder, trainable = exported("float32", layout)
     for name in ("training_model.onnx", "eval_model.onnx", "optimizer_model.onnx"):
