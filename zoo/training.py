@@ -145,6 +145,26 @@ def torch_losses(case: TrainingCase, optimizer: Callable[[Any], Any], steps: int
     return losses
 
 
+def train_artifacts(folder: Path, batches: list[tuple[np.ndarray, np.ndarray]], lr: float) -> tuple[list[float], Any]:
+    """Trains the artifacts in `folder` (generate_artifacts' files) on `batches`, one step each,
+    on one thread, as torch_losses trains the torch twin: every step's loss, and the Module."""
+    from onnxtrain import SessionOptions
+    from onnxtrain.training.api import CheckpointState, Module, Optimizer
+
+    state = CheckpointState.load_checkpoint(folder / "checkpoint")
+    options = SessionOptions()
+    options.intra_op_num_threads = 1
+    module = Module(folder / "training_model.onnx", state, folder / "eval_model.onnx", session_options=options)
+    optimizer = Optimizer(folder / "optimizer_model.onnx", module)
+    optimizer.set_learning_rate(lr)
+    losses = []
+    for inputs, labels in batches:
+        losses.append(float(module(inputs, labels)))
+        optimizer.step()
+        module.lazy_reset_grad()
+    return losses, module
+
+
 def with_loss(model: onnx.ModelProto) -> onnx.ModelProto:
     """Adds `labels` (int64, the logits' shape without the class axis) and a scalar
     `loss` = mean cross-entropy of the logits (classes on the last axis)."""

@@ -32,10 +32,10 @@ from onnx import TensorProto, helper, numpy_helper
 torch = pytest.importorskip("torch")
 
 import onnxtrain  # noqa: E402
-from onnxtrain import SessionOptions  # noqa: E402
 from onnxtrain.training import artifacts  # noqa: E402
-from onnxtrain.training.api import CheckpointState, Module, Optimizer  # noqa: E402
+from onnxtrain.training.api import CheckpointState, Module  # noqa: E402
 from onnxtrain.training.onnxblock import optim  # noqa: E402
+from zoo.training import train_artifacts  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -243,18 +243,7 @@ def exported(tmp_path_factory):  # type: ignore[no-untyped-def]
 
 def onnxtrain_losses(folder: Path) -> tuple[list[float], Module]:
     """Every step's loss, and the trained module."""
-    state = CheckpointState.load_checkpoint(folder / "checkpoint")
-    options = SessionOptions()
-    options.intra_op_num_threads = 1
-    module = Module(folder / "training_model.onnx", state, folder / "eval_model.onnx", session_options=options)
-    optimizer = Optimizer(folder / "optimizer_model.onnx", module)
-    optimizer.set_learning_rate(LR)
-    losses = []
-    for input_ids, labels in batches(STEPS):
-        losses.append(float(module(input_ids, labels)))
-        optimizer.step()
-        module.lazy_reset_grad()
-    return losses, module
+    return train_artifacts(folder, batches(STEPS), LR)
 
 
 def torch_losses(dtype: np.dtype) -> tuple[list[float], TinyLlama]:

@@ -20,11 +20,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from onnxtrain import SessionOptions  # noqa: E402
 from onnxtrain.training import artifacts  # noqa: E402
-from onnxtrain.training.api import CheckpointState, Module, Optimizer  # noqa: E402
 from onnxtrain.training.onnxblock import optim  # noqa: E402
-from zoo.training import make_case, torch_losses, trainable_names  # noqa: E402
+from zoo.training import make_case, torch_losses, train_artifacts, trainable_names  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -52,18 +50,7 @@ def onnxtrain_losses(case, optimizer_block, lr: float, folder, steps: int) -> li
     artifacts.generate_artifacts(
         str(case.onnx_path), requires_grad=trainable_names(case), frozen_params=None,
         loss=artifacts.LossType.CrossEntropyLoss, optimizer=optimizer_block, artifact_directory=folder)
-    state = CheckpointState.load_checkpoint(folder / "checkpoint")
-    options = SessionOptions()
-    options.intra_op_num_threads = 1
-    module = Module(folder / "training_model.onnx", state, folder / "eval_model.onnx", session_options=options)
-    optimizer = Optimizer(folder / "optimizer_model.onnx", module)
-    optimizer.set_learning_rate(lr)
-    losses = []
-    for inputs, labels in case.batches(steps):
-        losses.append(float(module(inputs, labels)))
-        optimizer.step()
-        module.lazy_reset_grad()
-    return losses
+    return train_artifacts(folder, case.batches(steps), lr)[0]
 
 
 @pytest.mark.filterwarnings("ignore:.*stay constants")

@@ -18,10 +18,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from onnxtrain import SessionOptions  # noqa: E402
 from onnxtrain.training import artifacts  # noqa: E402
-from onnxtrain.training.api import CheckpointState, Module, Optimizer  # noqa: E402
+from onnxtrain.training.api import CheckpointState, Module  # noqa: E402
 from onnxtrain.training.onnxblock import optim  # noqa: E402
+from zoo.training import train_artifacts  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -89,17 +89,7 @@ def exported(tmp_path_factory):
 
 def test_qat_training_follows_pytorch(exported):
     folder, net = exported
-    state = CheckpointState.load_checkpoint(folder / "checkpoint")
-    options = SessionOptions()
-    options.intra_op_num_threads = 1
-    module = Module(folder / "training_model.onnx", state, folder / "eval_model.onnx", session_options=options)
-    optimizer = Optimizer(folder / "optimizer_model.onnx", module)
-    optimizer.set_learning_rate(1e-2)
-    ours = []
-    for inputs, labels in batches(STEPS):
-        ours.append(float(module(inputs, labels)))
-        optimizer.step()
-        module.lazy_reset_grad()
+    ours, _ = train_artifacts(folder, batches(STEPS), 1e-2)
 
     torch_net = QATNet().train()
     opt = torch.optim.AdamW(torch_net.parameters(), lr=1e-2, eps=1e-8, weight_decay=0.0)

@@ -13,12 +13,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from onnxtrain import SessionOptions  # noqa: E402
 from onnxtrain.training import artifacts  # noqa: E402
-from onnxtrain.training.api import CheckpointState, Module, Optimizer  # noqa: E402
 from onnxtrain.training.onnxblock import optim  # noqa: E402
 from zoo.training import TrainingCase, _classification_batches, _export, _token_batches, _as_float64  # noqa: E402
-from zoo.training import torch_losses, trainable_names  # noqa: E402
+from zoo.training import torch_losses, train_artifacts, trainable_names  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -69,18 +67,7 @@ def onnxtrain_losses(case: TrainingCase, folder: Path) -> list[float]:
         str(case.onnx_path), requires_grad=trainable_names(case), frozen_params=None,
         loss=artifacts.LossType.CrossEntropyLoss, optimizer=optim.AdamW(eps=1e-8, weight_decay=0.01, mode="torch"),
         artifact_directory=folder)
-    state = CheckpointState.load_checkpoint(folder / "checkpoint")
-    options = SessionOptions()
-    options.intra_op_num_threads = 1
-    module = Module(folder / "training_model.onnx", state, folder / "eval_model.onnx", session_options=options)
-    optimizer = Optimizer(folder / "optimizer_model.onnx", module)
-    optimizer.set_learning_rate(LR)
-    losses = []
-    for inputs, labels in case.batches(STEPS):
-        losses.append(float(module(inputs, labels)))
-        optimizer.step()
-        module.lazy_reset_grad()
-    return losses
+    return train_artifacts(folder, case.batches(STEPS), LR)[0]
 
 
 @pytest.mark.filterwarnings("ignore:.*stay constants")
