@@ -890,6 +890,88 @@ class Engines:
 _engines: Engines | None = None
 
 
+def run_onnxruntime(model_bytes: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """onnxruntime in this process (the case's session options)."""
+    import onnxruntime as ort
+
+    global _engines
+    if _engines is None:
+        _engines = Engines()
+    return ort.InferenceSession(model_bytes, _engines.ort_options, providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+class OnnxruntimeDied(Exception):
+    """onnxruntime's process died (a signal, an abort) or hung on a case."""
+
+
+class IsolatedOnnxruntime:
+    """onnxruntime in a child process, for a fuzzer that runs onnxtrain in its own: onnxruntime
+    kills its process on some invalid models (SIGFPE in an integer division by zero, aborts in
+    kernels fed empty tensors), and that must neither end the fuzzing nor pass for onnxtrain's
+    crash. Cases go to the child as pickles over a pipe; a dead child is restarted on the next."""
+
+    def __init__(self, timeout: float = 60.0) -> None:
+        self.timeout = timeout
+        self.process: subprocess.Popen | None = None
+
+    def __call__(self, model_bytes: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        import pickle
+
+        if self.process is None or self.process.poll() is not None:
+            env = dict(os.environ, OMP_NUM_THREADS="1")
+            self.process = subprocess.Popen([sys.executable, __file__, "--onnxruntime-child"], env=env,
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        request = pickle.dumps((model_bytes, feeds), protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            self.process.stdin.write(len(request).to_bytes(8, "little") + request)
+            self.process.stdin.flush()
+            reply = self._read(8)
+            kind, value = pickle.loads(self._read(int.from_bytes(reply, "little")))
+        except (OSError, EOFError, TimeoutError) as e:
+            self.stop()
+            raise OnnxruntimeDied(f"onnxruntime died on this case ({e})") from None
+        if kind == "refused":
+            raise RuntimeError(value)
+        return value
+
+    def _read(self, size: int) -> bytes:
+        fd = self.process.stdout.fileno()
+        deadline = time.monotonic() + self.timeout
+        data = b""
+        while len(data) < size:
+            if not select.select([fd], [], [], max(deadline - time.monotonic(), 0))[0]:
+                raise TimeoutError(f"no answer in {self.timeout} s")
+            chunk = os.read(fd, size - len(data))
+            if not chunk:
+                raise EOFError(f"exit status {self.process.wait()}")
+            data += chunk
+        return data
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+
+def onnxruntime_child() -> None:
+    """The child of IsolatedOnnxruntime: (model bytes, feeds) in, ("ok", outputs) or
+    ("refused", message) out, each an 8-byte length and a pickle."""
+    import pickle
+
+    source, sink = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # whatever onnxruntime prints must not enter the replies
+    while header := source.read(8):
+        model_bytes, feeds = pickle.loads(source.read(int.from_bytes(header, "little")))
+        try:
+            answer = ("ok", run_onnxruntime(model_bytes, feeds))
+        except Exception as e:  # noqa: BLE001 - a refusal goes back as its message
+            answer = ("refused", f"{type(e).__name__}: {str(e)[:300]}")
+        reply = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+        sink.write(len(reply).to_bytes(8, "little") + reply)
+        sink.flush()
+
+
 # What onnxtrain raises for bad input (its C++ errors arrive as these). Anything else, or a
 # message that says an exception other than onnxtrain's escaped the C++ core, is a finding.
 CLEAN_ERRORS = (RuntimeError, ValueError, NotImplementedError)
@@ -897,10 +979,12 @@ ESCAPED = "internal error"
 
 
 def check_case(model_bytes: bytes, feeds: dict[str, np.ndarray], report=lambda stage: None,
-               ours_first: bool = False, run_ort=lambda: True) -> dict:
+               ours_first: bool = False, run_ort=lambda: True, onnxruntime=run_onnxruntime) -> dict:
     """Runs one case in onnxruntime and onnxtrain, and compares. {"status": ...}:
       ok            both ran and agree
       ort_refused   onnxruntime refused the case; onnxtrain ran it or raised a clean error
+      ort_crash     onnxruntime died on the case (`onnxruntime` an IsolatedOnnxruntime); onnxtrain
+                    ran it or raised a clean error
       error         onnxtrain raised a clean error where onnxruntime ran the case
       refused       (ours_first) onnxtrain raised a clean error; onnxruntime was not asked
       unclean_error onnxtrain raised something else (TypeError, an escaped C++ exception...)
@@ -909,8 +993,8 @@ def check_case(model_bytes: bytes, feeds: dict[str, np.ndarray], report=lambda s
     `report(stage)` is told when onnxtrain starts ("onnxtrain") and when the judging starts.
     `ours_first` runs onnxtrain first and onnxruntime only on what onnxtrain accepted, and
     then only if `run_ort()` says so: invalid models crash onnxruntime (and onnx's shape
-    inference) in places, and a fuzzer must not take their crash for onnxtrain's."""
-    import onnxruntime as ort
+    inference) in places, and a fuzzer must not take their crash for onnxtrain's.
+    `onnxruntime(model_bytes, feeds)` runs onnxruntime: in this process by default."""
     import onnxtrain
 
     global _engines
@@ -933,22 +1017,25 @@ def check_case(model_bytes: bytes, feeds: dict[str, np.ndarray], report=lambda s
         actual, failed = ours()
         if failed is not None:
             return failed
+    died = False
     try:
         if not run_ort():
             raise ValueError("not run: the case would crash onnxruntime")
-        session = ort.InferenceSession(model_bytes, _engines.ort_options, providers=["CPUExecutionProvider"])
-        expected, refusal = session.run(None, feeds), None
+        expected, refusal = onnxruntime(model_bytes, feeds), None
+    except OnnxruntimeDied as e:
+        expected, refusal, died = None, str(e), True
     except Exception as e:  # noqa: BLE001 - onnxruntime refusing a graph is not our finding
         expected, refusal = None, f"{type(e).__name__}: {str(e)[:300]}"
+    not_run = {"status": "ort_crash" if died else "ort_refused", "detail": refusal}
     if not ours_first:
         actual, failed = ours()
         if failed is not None and failed["status"] == "refused":
-            failed = {"status": "ort_refused", "detail": refusal, "onnxtrain": failed["detail"]} if refusal \
+            failed = {**not_run, "onnxtrain": failed["detail"]} if refusal \
                 else {"status": "error", "detail": failed["detail"]}
         if failed is not None:
             return failed
     if refusal is not None:
-        return {"status": "ort_refused", "detail": refusal}
+        return not_run
     report("compare")
     model = onnx.load_from_string(model_bytes)
     props = {p.key: p.value for p in model.metadata_props}
@@ -1311,9 +1398,13 @@ def main() -> int:
     parser.add_argument("--locate", type=Path, help="find the first differing node of a saved case")
     parser.add_argument("--save", type=int, help="write case N of --seed to --out/case (no run)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--onnxruntime-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker()
+        return 0
+    if args.onnxruntime_child:
+        onnxruntime_child()
         return 0
     if args.save is not None:
         import onnxtrain

@@ -7,8 +7,9 @@ numpy's Generator), in one of two ways:
   schema     one node of an op onnxtrain has a kernel for, built from the op's ONNX schema at
              a random opset: inputs present or left out, dtypes from its type constraints,
              random shapes and random values for every attribute, so mostly invalid.
-Each case runs in onnxruntime and then onnxtrain (tools/graph_fuzz.py's check_case), in this
-process. A finding is: a crash or a sanitizer report (libFuzzer keeps the input); an exception
+Each case runs in onnxruntime and then onnxtrain (tools/graph_fuzz.py's check_case): onnxtrain
+in this process, onnxruntime in a child process (it dies on some invalid models; such a case is
+`ort_crash`, not a finding, and the child is restarted). A finding is: a crash or a sanitizer report (libFuzzer keeps the input); an exception
 from onnxtrain other than its clean errors (CLEAN_ERRORS, or an escaped C++ exception); outputs
 that differ from onnxruntime's where onnx.reference does not side with onnxtrain (filtered:
 KNOWN_ORT_DEVIATIONS); and, for a generated graph that onnx's checker accepts, an error where
@@ -299,7 +300,7 @@ def check(model_bytes: bytes, feeds: dict, generated: bool) -> dict:
         known = {p.value for p in onnx.load_from_string(model_bytes).metadata_props if p.key == "graph_fuzz.known"}
         unsafe = {"matmul_k0", "batchnorm_no_channels"}
         safe = not any(unsafe & set(value.split(",")) for value in known)
-        result = graph_fuzz.check_case(model_bytes, feeds, run_ort=lambda: safe)
+        result = graph_fuzz.check_case(model_bytes, feeds, run_ort=lambda: safe, onnxruntime=onnxruntime())
     else:
         def comparable() -> bool:
             model = onnx.load_from_string(model_bytes)
@@ -309,13 +310,29 @@ def check(model_bytes: bytes, feeds: dict, generated: bool) -> dict:
                 return False
             return not crashes_onnxruntime(model, feeds)
 
-        result = graph_fuzz.check_case(model_bytes, feeds, ours_first=True, run_ort=comparable)
+        result = graph_fuzz.check_case(model_bytes, feeds, ours_first=True, run_ort=comparable,
+                                       onnxruntime=onnxruntime())
     if result["status"] == "error":
         try:
             graph_fuzz.check_valid(onnx.load_from_string(model_bytes))
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as e:
             result = {"status": "refused", "detail": result["detail"], "why_not_a_finding": str(e)[:200]}
     return result
+
+
+_onnxruntime = None
+
+
+def onnxruntime():
+    """onnxruntime in a child process (graph_fuzz.IsolatedOnnxruntime), started once: where it
+    dies on a case (crashes_onnxruntime names the frequent ones, which are not sent), the case
+    is `ort_crash`, not a finding, and the fuzzing goes on."""
+    import graph_fuzz
+
+    global _onnxruntime
+    if _onnxruntime is None:
+        _onnxruntime = graph_fuzz.IsolatedOnnxruntime()
+    return _onnxruntime
 
 
 def crashes_onnxruntime(model, feeds: dict) -> bool:
