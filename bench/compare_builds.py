@@ -1,11 +1,18 @@
-"""The bench/ tables for two builds of onnxtrain side by side: a portable one (baseline
-x86-64-v2 with dispatched kernels) against a -march=native one, usually of the same commit.
+"""The bench/ tables for two builds of onnxtrain side by side, each row as a ratio.
+
+The builds: a portable one (baseline x86-64-v2 with dispatched kernels) against a
+-march=native one of the same commit, or one commit against another (before and after a
+change).
 
 The rounds alternate between the builds (A B B A ...), so that a change of the machine's
 load hits both; each row's figure is the median over the rounds of that bench's own median.
 On a machine shared with other work these figures say little below a few per cent.
 
-    .venv/bin/python scripts/bench_portable.py --portable build/dev/python --native build/native/python [--rounds 2]
+    .venv/bin/python bench/compare_builds.py native=build/native/python portable=build/dev/python
+    .venv/bin/python bench/compare_builds.py before=build/old/python after=build/dev/python --rounds 2
+
+Each build is NAME=PATH, PATH a PYTHONPATH where its `onnxtrain` package is; the table shows
+the second / the first. The benches are this checkout's (bench/, zoo/), run against each build.
 """
 
 from __future__ import annotations
@@ -89,34 +96,47 @@ BENCHES = [
 ]
 
 
+def build_argument(text: str) -> tuple[str, Path]:
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=PATH, got '{text}'")
+    return name, Path(path).resolve()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--portable", type=Path, required=True, help="PYTHONPATH of the portable build")
-    parser.add_argument("--native", type=Path, required=True, help="PYTHONPATH of the -march=native build")
+    parser.add_argument("builds", nargs=2, type=build_argument, metavar="NAME=PATH",
+                        help="two builds: a name and the PYTHONPATH of its onnxtrain package")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--benches", nargs="+", choices=[b[0][0].split("/")[1][:-3] for b in BENCHES],
+                        help="which benches (default: all)")
     args = parser.parse_args()
-    builds = {"native": args.native.resolve(), "portable": args.portable.resolve()}
-    figures: dict[str, dict[str, list[float]]] = {"native": {}, "portable": {}}
+    builds = dict(args.builds)
+    if len(builds) != 2:
+        parser.error("the two builds need different names")
+    (first, _), (second, _) = args.builds
+    benches = [b for b in BENCHES if not args.benches or b[0][0].split("/")[1][:-3] in args.benches]
+    figures: dict[str, dict[str, list[float]]] = {name: {} for name in builds}
     print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)", flush=True)
     for r in range(args.rounds):
-        order = ["native", "portable"] if r % 2 == 0 else ["portable", "native"]
-        for bench, parse in BENCHES:
+        order = [first, second] if r % 2 == 0 else [second, first]
+        for bench, parse in benches:
             for build in order:
                 for key, ms in parse(run(bench, builds[build])).items():
                     figures[build].setdefault(key, []).append(ms)
         print(f"round {r + 1}/{args.rounds} done, load average {os.getloadavg()[0]:.2f}", file=sys.stderr, flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}; median over {args.rounds} alternating rounds\n")
-    print("| row | native ms | portable ms | portable / native |")
+    print(f"| row | {first} ms | {second} ms | {second} / {first} |")
     print("|---|---|---|---|")
     ratios = []
-    for key in figures["native"]:
-        if key not in figures["portable"]:
+    for key in figures[first]:
+        if key not in figures[second]:
             continue
-        a, b = statistics.median(figures["native"][key]), statistics.median(figures["portable"][key])
+        a, b = statistics.median(figures[first][key]), statistics.median(figures[second][key])
         ratios.append(b / a)
         print(f"| {key} | {a:.3f} | {b:.3f} | {b / a:.3f} |")
     if ratios:
-        print(f"\ngeometric mean portable / native: {statistics.geometric_mean(ratios):.3f} over {len(ratios)} rows; "
+        print(f"\ngeometric mean {second} / {first}: {statistics.geometric_mean(ratios):.3f} over {len(ratios)} rows; "
               f"worst {max(ratios):.3f}")
 
 
