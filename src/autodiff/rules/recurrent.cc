@@ -1,5 +1,5 @@
 // Gradient rules of RNN, GRU and LSTM: backpropagation through time in one node,
-// org.onnxtrain::{RNN,GRU,LSTM}Grad (src/ops/cpu/recurrent.cc), which takes the forward
+// org.onnxtrain::{RNN,GRU,LSTM}Grad (src/ops/cpu/recurrent_grad.cc), which takes the forward
 // node's inputs and the gradients of its outputs and gives those of X, W, R, B,
 // initial_h (and LSTM's initial_c and P), honouring sequence_lens and every attribute of
 // the forward node. The kernel runs the forward again to record each step, so no extra

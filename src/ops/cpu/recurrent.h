@@ -1,0 +1,440 @@
+// What the recurrent nets' forward kernels (recurrent.cc) and their gradients
+// (recurrent_grad.cc) share: the attributes, the gate activations, the step products, the
+// inputs of one direction and the forward of one direction, which the gradients run again to
+// record each step.
+#pragma once
+
+#include <onnxtrain/tensor.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <dnnl.hpp>
+#include <exception>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/parallel.h"
+#include "ops/cpu/multiversion.h"
+#include "ops/cpu/onednn.h"
+#include "ops/cpu/vector_math.h"
+#include "ops/cpu/weight_stream.h"
+#include "ops/kernel.h"
+
+namespace onnxtrain::recurrent {
+
+enum class Cell { kRnn, kGru, kLstm };
+
+inline const char* cell_name(Cell cell) {
+  return cell == Cell::kRnn ? "RNN" : cell == Cell::kGru ? "GRU" : "LSTM";
+}
+inline int64_t gate_count(Cell cell) {
+  return cell == Cell::kRnn ? 1 : cell == Cell::kGru ? 3 : 4;
+}
+inline size_t activations_per_direction(Cell cell) {
+  return cell == Cell::kRnn ? 1 : cell == Cell::kGru ? 2 : 3;
+}
+
+// ---- activations (the list in the ONNX RNN specs) ----
+
+struct Activation {
+  enum class Kind {
+    kRelu,
+    kTanh,
+    kSigmoid,
+    kAffine,
+    kLeakyRelu,
+    kThresholdedRelu,
+    kScaledTanh,
+    kHardSigmoid,
+    kElu,
+    kSoftsign,
+    kSoftplus
+  };
+  Kind kind = Kind::kTanh;
+  double alpha = 0, beta = 0;
+
+  template <typename A>
+  A apply(A x) const {
+    const A a = static_cast<A>(alpha), b = static_cast<A>(beta);
+    switch (kind) {
+      case Kind::kRelu:
+        return x > 0 ? x : A(0);
+      case Kind::kTanh:
+        return std::tanh(x);
+      case Kind::kSigmoid:
+        return A(1) / (A(1) + std::exp(-x));
+      case Kind::kAffine:
+        return a * x + b;
+      case Kind::kLeakyRelu:
+        return x >= 0 ? x : a * x;
+      case Kind::kThresholdedRelu:
+        return x > a ? x : A(0);
+      case Kind::kScaledTanh:
+        return a * std::tanh(b * x);
+      case Kind::kHardSigmoid:
+        return std::min(std::max(a * x + b, A(0)), A(1));
+      case Kind::kElu:
+        return x >= 0 ? x : a * (std::exp(x) - A(1));
+      case Kind::kSoftsign:
+        return x / (A(1) + std::abs(x));
+      case Kind::kSoftplus:
+        return x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
+    }
+    return x;
+  }
+
+  // dy/dx at x, where y = apply(x).
+  template <typename A>
+  A derivative(A x, A y) const {
+    const A a = static_cast<A>(alpha), b = static_cast<A>(beta);
+    switch (kind) {
+      case Kind::kRelu:
+        return x > 0 ? A(1) : A(0);
+      case Kind::kTanh:
+        return A(1) - y * y;
+      case Kind::kSigmoid:
+        return y * (A(1) - y);
+      case Kind::kAffine:
+        return a;
+      case Kind::kLeakyRelu:
+        return x >= 0 ? A(1) : a;
+      case Kind::kThresholdedRelu:
+        return x > a ? A(1) : A(0);
+      case Kind::kScaledTanh: {
+        const A t = std::tanh(b * x);
+        return a * b * (A(1) - t * t);
+      }
+      case Kind::kHardSigmoid: {
+        const A v = a * x + b;
+        return v > 0 && v < 1 ? a : A(0);
+      }
+      case Kind::kElu:
+        return x >= 0 ? A(1) : y + a;
+      case Kind::kSoftsign: {
+        const A d = A(1) + std::abs(x);
+        return A(1) / (d * d);
+      }
+      case Kind::kSoftplus:
+        return A(1) / (A(1) + std::exp(-x));
+    }
+    return A(1);
+  }
+};
+
+// ---- attributes ----
+
+struct RecurrentAttributes {
+  Cell cell = Cell::kLstm;
+  int64_t hidden = 0;
+  int64_t directions = 1;
+  bool reverse = false;                 // direction "reverse" (bidirectional: direction 1 is the reverse one)
+  std::vector<Activation> activations;  // activations_per_direction(cell) per direction
+  std::optional<double> clip;
+  bool input_forget = false;
+  bool linear_before_reset = false;
+  int64_t layout = 0;
+
+  const Activation& activation(int64_t direction, size_t k) const {
+    return activations[static_cast<size_t>(direction) * activations_per_direction(cell) + k];
+  }
+  bool reverse_direction(int64_t d) const { return directions == 2 ? d == 1 : reverse; }
+};
+
+// The attributes of an RNN, GRU or LSTM node (and of its gradient), checked.
+RecurrentAttributes read_attributes(const KernelInfo& info, Cell cell);
+
+// ---- matrix products ----
+
+// c [m, n] (row stride ldc) = alpha * op(a) op(b) + beta * c, row-major; op(a) is [m, k],
+// a itself [k, m] when a_t; op(b) is [k, n], b itself [n, k] when b_t.
+template <typename T>
+void gemm(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda, const T* b,
+          int64_t ldb, T beta, T* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  // A step's product is often a few microseconds of work: it stays on one thread then.
+  const ThreadScope threads(
+      onednn::threads_for(2.0 * static_cast<double>(m * n * k), onednn::kFlopsPerThread, omp_get_max_threads()));
+  if constexpr (std::is_same_v<T, float>) {
+    if (k > 0) {
+      dnnl::sgemm(a_t ? 'T' : 'N', b_t ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      return;
+    }
+  }
+  // Plain loops (float64, or k = 0): op(b) copied row-major so the inner loop is contiguous.
+  std::vector<T> bt;
+  const T* bp = b;
+  int64_t ldbp = ldb;
+  if (b_t) {
+    bt.resize(static_cast<size_t>(k * n));
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j) bt[static_cast<size_t>(p * n + j)] = b[j * ldb + p];
+    bp = bt.data();
+    ldbp = n;
+  }
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, k * n));
+  parallel_for(m, grain, [&](int64_t begin, int64_t end) {
+    std::vector<T> row(static_cast<size_t>(n));
+    for (int64_t i = begin; i < end; ++i) {
+      std::fill(row.begin(), row.end(), T(0));
+      for (int64_t p = 0; p < k; ++p) {
+        const T av = a_t ? a[p * lda + i] : a[i * lda + p];
+        if (av == T(0)) continue;
+        const T* br = bp + p * ldbp;
+        for (int64_t j = 0; j < n; ++j) row[static_cast<size_t>(j)] += av * br[j];
+      }
+      T* cr = c + i * ldc;
+      for (int64_t j = 0; j < n; ++j)
+        cr[j] = alpha * row[static_cast<size_t>(j)] + (beta == T(0) ? T(0) : beta * cr[j]);
+    }
+  });
+}
+
+// The batches a WeightStream serves better than sgemm: stream / sgemm, one thread, 32 steps
+// of H = 256: LSTM 0.65 / 0.44 ms at 1 row, 0.87 / 0.94 at 4, 2.8 / 3.2 at 16; GRU alike.
+inline constexpr int64_t kMinStreamedRows = 4;
+inline constexpr int64_t kStreamedRows = 2 * WeightStream::kMaxColumns;
+inline bool streamed(int64_t rows) {
+  return rows >= kMinStreamedRows && rows <= kStreamedRows;
+}
+
+// A product each step repeats with the same weights: out [rows, n] (row stride ldo) =
+// in [rows, k] (row stride ldi) W^T, with W(o, j) at w[o * os + j * ks]. In float32, for
+// batches that stream, the weights are packed once per run into a WeightStream, which
+// streams them once per step; sgemm would pack them again every step.
+template <typename T>
+class StepProduct {
+ public:
+  StepProduct(const T* w, int64_t n, int64_t k, int64_t os, int64_t ks, int64_t rows)
+      : w_(w), n_(n), k_(k), os_(os), ks_(ks) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (streamed(rows) && n > 0 && k > 0) stream_ = std::make_unique<WeightStream>(w, n, k, os, ks);
+    }
+  }
+
+  void run(const T* in, int64_t ldi, T* out, int64_t ldo, int64_t rows) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (stream_) {
+        stream_->multiply(
+            in, rows, 1, ldi, static_cast<int64_t>(onednn::kBytesPerThread),
+            [&](int64_t first, int64_t count, int64_t first_row, int64_t count_rows, const WeightStream::Lanes* sums) {
+              for (int64_t i = 0; i < count_rows; ++i) {
+                T* o = out + (first_row + i) * ldo + first;
+                for (int64_t j = 0; j < count; ++j) o[j] = sums[i][j];
+              }
+            });
+        return;
+      }
+    }
+    if (ks_ == 1) {
+      gemm<T>(false, true, rows, n_, k_, T(1), in, ldi, w_, os_, T(0), out, ldo);
+    } else {
+      gemm<T>(false, false, rows, n_, k_, T(1), in, ldi, w_, ks_, T(0), out, ldo);
+    }
+  }
+
+ private:
+  const T* w_;
+  int64_t n_, k_, os_, ks_;
+  std::unique_ptr<WeightStream> stream_;  // float32 only
+};
+
+// ---- the problem: sizes and the inputs of one direction ----
+
+// Input indices shared by the three ops (LSTM adds initial_c 6 and P 7).
+enum Input : size_t { kX = 0, kW = 1, kR = 2, kB = 3, kSequenceLens = 4, kInitialH = 5, kInitialC = 6, kP = 7 };
+
+struct Sizes {
+  int64_t seq = 0, batch = 0, input = 0, hidden = 0, directions = 1, gates = 1;
+  int64_t gh() const { return gates * hidden; }
+};
+
+// Fails unless `t` has the shape `expected`.
+void expect_shape(KernelContext& ctx, const Tensor& t, const char* name, const Shape& expected);
+// Whether optional input i is given and not empty.
+bool present(KernelContext& ctx, size_t i);
+// Checks the inputs' shapes and element types against the attributes; their sizes.
+Sizes check_inputs(KernelContext& ctx, const RecurrentAttributes& a);
+// sequence_lens as int64 (every row the whole sequence when absent), checked.
+std::vector<int64_t> sequence_lengths(KernelContext& ctx, const Sizes& s);
+
+// Offsets of the layout-dependent tensors.
+struct RecurrentLayout {
+  int64_t layout, seq, batch, directions, hidden;
+  // Y: [seq, dirs, batch, H] or [batch, seq, dirs, H]
+  int64_t y(int64_t t, int64_t d, int64_t b) const {
+    return layout == 0 ? ((t * directions + d) * batch + b) * hidden : ((b * seq + t) * directions + d) * hidden;
+  }
+  // Y_h, Y_c, initial_h, initial_c: [dirs, batch, H] or [batch, dirs, H]
+  int64_t state(int64_t d, int64_t b) const {
+    return layout == 0 ? (d * batch + b) * hidden : (b * directions + d) * hidden;
+  }
+  // X: [seq, batch, I] or [batch, seq, I]
+  int64_t x(int64_t t, int64_t b, int64_t input) const {
+    return layout == 0 ? (t * batch + b) * input : (b * seq + t) * input;
+  }
+};
+
+// The tensors of one direction; x is time-major [seq, batch, I].
+template <typename T>
+struct Direction {
+  const T* x = nullptr;
+  const T* w = nullptr;   // [GH, I]
+  const T* r = nullptr;   // [GH, H]
+  const T* wb = nullptr;  // [GH] or null
+  const T* rb = nullptr;  // [GH] or null
+  const T* p = nullptr;   // [3H] (i, o, f) or null
+  std::vector<T> h0, c0;  // [batch, H]
+  bool reverse = false;
+  Activation f, g, h;
+};
+
+// What the forward records for the gradient, indexed by time (not step): row (t, b).
+template <typename T>
+struct Record {
+  std::vector<T> pre;    // [seq, batch, GH] the gate pre-activations (before clip)
+  std::vector<T> hprev;  // [seq, batch, H] the hidden state the step read
+  std::vector<T> cprev;  // LSTM: [seq, batch, H] the cell state the step read
+  std::vector<T> c;      // LSTM: [seq, batch, H] the cell state the step wrote
+  std::vector<T> hr;     // GRU with linear_before_reset: [seq, batch, H] H Rh^T + Rbh
+  std::vector<T> act;    // [seq, batch, GH] the activated gates (RNN: H itself)
+  std::vector<T> hc;     // LSTM: [seq, batch, H] h(C)
+};
+
+inline int64_t time_of(bool reverse, int64_t step, int64_t len) {
+  return reverse ? len - 1 - step : step;
+}
+
+// y[j] = act(clip(x[j])) for j < n. Sigmoid and Tanh, nearly every net's, run
+// vector_math's branch-free forms so that the loop vectorizes; the rest stay scalar.
+template <typename T>
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void activate(const Activation& act, const std::optional<double>& clip,
+                                                        const T* x, T* y, int64_t n) {
+  const T hi = clip ? static_cast<T>(*clip) : std::numeric_limits<T>::infinity();
+  const T lo = -hi;
+  switch (act.kind) {
+    case Activation::Kind::kSigmoid:
+      for (int64_t j = 0; j < n; ++j) y[j] = vector_math::sigmoid(std::min(std::max(x[j], lo), hi));
+      return;
+    case Activation::Kind::kTanh:
+      for (int64_t j = 0; j < n; ++j) y[j] = vector_math::tanh(std::min(std::max(x[j], lo), hi));
+      return;
+    default:
+      for (int64_t j = 0; j < n; ++j) y[j] = act.apply(std::min(std::max(x[j], lo), hi));
+  }
+}
+
+// d[j] = act'(x[j]) where y[j] = act(clip(x[j])), and 0 where the clip cut x[j] off.
+template <typename T>
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void activation_derivative(const Activation& act,
+                                                                     const std::optional<double>& clip, const T* x,
+                                                                     const T* y, T* d, int64_t n) {
+  const T hi = clip ? static_cast<T>(*clip) : std::numeric_limits<T>::infinity();
+  const T lo = -hi;
+  switch (act.kind) {
+    case Activation::Kind::kSigmoid:
+      for (int64_t j = 0; j < n; ++j) d[j] = x[j] >= lo && x[j] <= hi ? y[j] * (T(1) - y[j]) : T(0);
+      return;
+    case Activation::Kind::kTanh:
+      for (int64_t j = 0; j < n; ++j) d[j] = x[j] >= lo && x[j] <= hi ? T(1) - y[j] * y[j] : T(0);
+      return;
+    default:
+      for (int64_t j = 0; j < n; ++j) {
+        d[j] = x[j] >= lo && x[j] <= hi ? act.derivative(std::min(std::max(x[j], lo), hi), y[j]) : T(0);
+      }
+  }
+}
+
+// The threads a whole run gets. Its steps are sequential; when a step's product is small,
+// threads woken for the few products that are larger (the input projection) cost more than
+// they save: a woken OpenMP worker that then spins or sleeps through the steps was measured
+// to slow a 32-step LSTM at batch 1 from 0.5 to 12 ms on two busy cores. So one thread, unless
+// a step's work is worth several.
+inline int run_threads(const Sizes& s) {
+  const double step_flops = 2.0 * static_cast<double>(s.batch * s.hidden * s.gh());
+  return step_flops < 10 * onednn::kFlopsPerThread ? 1 : omp_get_max_threads();
+}
+
+// Runs body(d) for each direction d. A bidirectional net's two directions run side by side
+// on two threads when two are available and the work is worth waking one (each direction
+// then runs on its thread alone); otherwise in turn. An exception in either is rethrown.
+template <typename F>
+void for_each_direction(const Sizes& s, int available, F&& body) {
+  const double flops = 2.0 * static_cast<double>(s.seq * s.batch * s.gh() * (s.hidden + s.input));
+  if (s.directions == 2 && available >= 2 && flops >= 4 * onednn::kFlopsPerThread) {
+    std::exception_ptr errors[2];
+#pragma omp parallel for num_threads(2) schedule(static, 1)
+    for (int64_t d = 0; d < 2; ++d) {
+      try {
+        body(d);
+      } catch (...) {
+        errors[d] = std::current_exception();
+      }
+    }
+    for (const std::exception_ptr& e : errors) {
+      if (e) std::rethrow_exception(e);
+    }
+    return;
+  }
+  for (int64_t d = 0; d < s.directions; ++d) body(d);
+}
+
+// Rows per parallel task: a task is worth starting for some 32K gate values.
+inline int64_t row_grain(int64_t gh) {
+  return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, gh));
+}
+
+// The forward of one direction. y (time-major [seq, batch, H], zero-filled by the caller)
+// gets the outputs; h, c (in: the initial state) end with the final state; `record`, when
+// given, gets what the gradient reads. Defined in recurrent.cc, for float and double.
+template <typename T>
+void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vector<int64_t>& lens,
+                   const Direction<T>& dir, T* y, std::vector<T>& h, std::vector<T>& c, Record<T>* record,
+                   const StepProduct<T>* packed_recurrent = nullptr, const StepProduct<T>* packed_reset = nullptr);
+
+// The inputs of direction d (x_time_major: X as time_major_x gives it).
+template <typename T>
+Direction<T> direction_inputs(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s,
+                              const RecurrentLayout& lay, const T* x_time_major, int64_t d) {
+  Direction<T> dir;
+  const int64_t GH = s.gh(), H = s.hidden;
+  dir.x = x_time_major;
+  dir.w = ctx.input(kW).data<T>() + d * GH * s.input;
+  dir.r = ctx.input(kR).data<T>() + d * GH * H;
+  if (present(ctx, kB)) {
+    dir.wb = ctx.input(kB).data<T>() + d * 2 * GH;
+    dir.rb = dir.wb + GH;
+  }
+  if (a.cell == Cell::kLstm && present(ctx, kP)) dir.p = ctx.input(kP).data<T>() + d * 3 * H;
+  auto state = [&](size_t input, std::vector<T>& out) {
+    out.assign(static_cast<size_t>(s.batch * H), T(0));
+    if (!present(ctx, input)) return;
+    const T* src = ctx.input(input).data<T>();
+    for (int64_t b = 0; b < s.batch; ++b) std::copy_n(src + lay.state(d, b), H, out.data() + b * H);
+  };
+  state(kInitialH, dir.h0);
+  if (a.cell == Cell::kLstm) state(kInitialC, dir.c0);
+  dir.reverse = a.reverse_direction(d);
+  const size_t per = activations_per_direction(a.cell);
+  dir.f = a.activation(d, 0);
+  if (per > 1) dir.g = a.activation(d, 1);
+  if (per > 2) dir.h = a.activation(d, 2);
+  return dir;
+}
+
+// X as time-major [seq, batch, I].
+template <typename T>
+std::vector<T> time_major_x(const Tensor& x, const Sizes& s, const RecurrentLayout& lay) {
+  std::vector<T> out(static_cast<size_t>(s.seq * s.batch * s.input));
+  const T* src = x.data<T>();
+  for (int64_t t = 0; t < s.seq; ++t)
+    for (int64_t b = 0; b < s.batch; ++b)
+      std::copy_n(src + lay.x(t, b, s.input), s.input, out.data() + (t * s.batch + b) * s.input);
+  return out;
+}
+
+}  // namespace onnxtrain::recurrent
