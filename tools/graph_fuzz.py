@@ -1044,7 +1044,7 @@ def check_case(model_bytes: bytes, feeds: dict[str, np.ndarray], report=lambda s
     difference = compare(expected, actual, singles)
     if difference is None:
         return {"status": "ok"}
-    verdict = judge_with_reference(model, feeds, actual, singles)
+    verdict = judge_with_reference(model, feeds, expected, actual, singles)
     if verdict.get("status") != "ort_deviation":
         # onnx.reference fails or differs on many whole graphs with empty tensors: ask it about
         # the first node whose output differs, alone.
@@ -1169,8 +1169,12 @@ def integer_indefinite(expected, actual) -> bool:
     return bool(differ.any()) and bool((expected[differ] == np.iinfo(expected.dtype).min).all())
 
 
-def judge_with_reference(model: onnx.ModelProto, feeds: dict, actual: list[np.ndarray], single: list[bool]) -> dict:
-    """Asks onnx.reference which side follows the spec."""
+def judge_with_reference(model: onnx.ModelProto, feeds: dict, expected: list[np.ndarray], actual: list[np.ndarray],
+                         single: list[bool]) -> dict:
+    """Asks onnx.reference which side follows the spec. Where all three differ (an
+    ill-conditioned float computation: LayerNormalization of nearly constant rows, whose
+    variance onnxruntime takes as E[x^2] - E[x]^2), onnxtrain is on the spec's side when its
+    every output is at least as near onnx.reference's as onnxruntime's is."""
     from onnx.reference import ReferenceEvaluator
 
     try:
@@ -1178,9 +1182,26 @@ def judge_with_reference(model: onnx.ModelProto, feeds: dict, actual: list[np.nd
     except Exception as e:  # noqa: BLE001
         return {"reference": f"failed: {type(e).__name__}: {str(e)[:200]}"}
     difference = compare(reference, actual, single)
-    if difference is not None:
-        return {"reference": f"disagrees with onnxtrain: {difference}"}
-    return {"reference": "agrees with onnxtrain", "status": "ort_deviation"}
+    if difference is None:
+        return {"reference": "agrees with onnxtrain", "status": "ort_deviation"}
+    if all(nearer(r, a, e) for r, a, e in zip(reference, actual, expected)):
+        return {"reference": f"nearer onnxtrain than onnxruntime: {difference}", "status": "ort_deviation"}
+    return {"reference": f"disagrees with onnxtrain: {difference}"}
+
+
+def nearer(reference, ours, theirs) -> bool:
+    """Whether `ours` is float, has NaN where `reference` has, and its largest distance from
+    `reference` is at most that of `theirs`."""
+    reference, ours, theirs = np.asarray(reference), np.asarray(ours), np.asarray(theirs)
+    if ours.dtype.kind != "f" or not (reference.shape == ours.shape == theirs.shape) or ours.size == 0:
+        return False
+    if not np.array_equal(np.isnan(ours), np.isnan(reference)):
+        return False
+    finite = ~np.isnan(reference)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ours_off = np.abs(ours[finite].astype(np.float64) - reference[finite])
+        theirs_off = np.abs(theirs[finite].astype(np.float64) - reference[finite])
+    return bool(np.nan_to_num(ours_off, nan=np.inf).max(initial=0) <= np.nan_to_num(theirs_off, nan=np.inf).max(initial=0))
 
 
 def locate(folder: Path) -> str:

@@ -94,3 +94,23 @@ def test_onnxruntime_dying_in_its_child_process_is_not_a_finding(graph_fuzz):
         assert refused["status"] == "ort_refused" and "onnxtrain" in refused, refused
     finally:
         onnxruntime.stop()
+
+
+def test_an_ill_conditioned_case_where_onnxtrain_is_nearer_the_reference_is_onnxruntimes(graph_fuzz):
+    # LayerNormalization of nearly constant rows far from 0: onnxruntime takes the variance as
+    # E[x^2] - E[x]^2 and loses it to cancellation; onnxtrain and onnx.reference do not, but
+    # differ from each other in the last bits (the normalized values are ~300x the rows' spread).
+    from onnx import helper, numpy_helper
+
+    x = (np.full((3, 1, 8), 77.0) + np.linspace(-1e-3, 1e-3, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("LayerNormalization", ["x", "s"], ["y"], axis=-2)], "ln",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [3, 1, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.ones((1, 8), np.float32), "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    result = graph_fuzz.check_case(model.SerializeToString(), {"x": x})
+    assert result["status"] == "ort_deviation", result
+    assert result["reference"].startswith(("agrees with onnxtrain", "nearer onnxtrain")), result
+    assert not graph_fuzz.nearer(np.float32([1.0, 2.0]), np.float32([1.0, 2.5]), np.float32([1.0, 2.1]))
+    assert graph_fuzz.nearer(np.float32([1.0, np.nan]), np.float32([1.01, np.nan]), np.float32([1.1, np.nan]))
