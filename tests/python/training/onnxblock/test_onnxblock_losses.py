@@ -196,3 +196,28 @@ def test_python_losses_in_generate_artifacts(block, loss_fn, target, tmp_path) -
     value, grad = run_both(training, training_feeds(training, {target_name: target}, {"p_value": SCORES}))
     np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-7)
+
+
+def test_dynamic_dimensions_are_read_when_the_model_runs() -> None:
+    """KLDiv's batchmean divides by the batch size and label smoothing by the class count;
+    where the model leaves them dynamic, the loss reads them from its input (Shape)."""
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["x"], ["p"])], "dynamic",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", "classes"])],
+        [onnx.helper.make_tensor_value_info("p", onnx.TensorProto.FLOAT, ["batch", "classes"])])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with onnxblock.base(model) as accessor:
+        smoothed = L.CrossEntropyLoss(reduction="mean", ignore_index=-100, label_smoothing=0.2)("p")
+        batchmean = L.KLDivLoss("batchmean")("p")
+        built = accessor.model
+    assert sum(n.op_type == "Shape" for n in built.graph.node) == 2
+    del built.graph.output[:]
+    built.graph.output.extend([onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [])
+                               for n in (smoothed, batchmean)])
+    values = run_both(built, {"x": SCORES, "labels": LABELS_IGNORED, "target": PROBABILITIES})
+    x = torch.tensor(SCORES)
+    expected = [F.cross_entropy(x, torch.tensor(LABELS_IGNORED), label_smoothing=0.2),
+                F.kl_div(x, torch.tensor(PROBABILITIES), reduction="batchmean")]
+    for value, want in zip(values, expected):
+        np.testing.assert_allclose(value, want.numpy(), rtol=1e-5, atol=1e-7)
