@@ -17,7 +17,7 @@
 //
 // eval_model.onnx
 //   inputs:  the forward model's inputs, then the loss's label inputs (e.g. "target";
-//            CrossEntropy: "labels"), then every checkpoint parameter (trainable and
+//            CrossEntropy, NLL: "labels"), then every checkpoint parameter (trainable and
 //            frozen) under its own name
 //   outputs: "loss" (when there is a loss; otherwise the forward model's first output is
 //            the loss and keeps its name), then the additional outputs
@@ -59,20 +59,48 @@ enum class LossKind {
   kCrossEntropy,   // SoftmaxCrossEntropyLoss; label input "labels", int64 class indices
   kBCEWithLogits,  // torch.nn.BCEWithLogitsLoss; label input "target"
   kL1,             // mean(|input - target|); label input "target"
+  kHuber,          // torch.nn.HuberLoss (delta); label input "target"
+  kSmoothL1,       // torch.nn.SmoothL1Loss (beta; 0: L1); label input "target"
+  kNLL,            // torch.nn.NLLLoss of log-probabilities [N, C, d...]; label input "labels", int64 [N, d...]
+  kKLDiv,          // torch.nn.KLDivLoss of log-probabilities (log_target); label input "target"
 };
 
-enum class Reduction { kMean, kSum, kNone };
+// kBatchMean: the sum divided by the batch size (axis 0), KLDiv only.
+enum class Reduction { kMean, kSum, kNone, kBatchMean };
 
 struct LossOptions {
   LossKind kind = LossKind::kNone;
   Reduction reduction = Reduction::kMean;
-  // CrossEntropy: class weights (one per class); BCEWithLogits: weights of the elements,
+  // CrossEntropy, NLL: class weights (one per class); BCEWithLogits: weights of the elements,
   // broadcast against the last axis.
   std::vector<float> weight;
-  // CrossEntropy only.
+  // CrossEntropy, NLL: the label value that contributes nothing (not even to the mean's
+  // denominator).
   std::optional<int64_t> ignore_index;
   // BCEWithLogits: weight of the positive examples, broadcast against the last axis.
   std::vector<float> pos_weight;
+  // CrossEntropy: torch's label_smoothing, in [0, 1] (needs opset 13).
+  double label_smoothing = 0.0;
+  double delta = 1.0;       // Huber: where the quadratic part ends (> 0)
+  double beta = 1.0;        // SmoothL1: where the quadratic part ends (>= 0)
+  bool log_target = false;  // KLDiv: the target holds log-probabilities
+};
+
+// What a loss builder does with a name the model already uses.
+enum class TakenName {
+  kError,  // throws an Error naming it
+  kFresh,  // takes a fresh name made from it ("loss" -> "loss_1")
+  kShare,  // labels only: the model's graph input of that name is the label (an earlier
+           // loss's); its type is not checked (LossModel's label input has the type wanted)
+};
+
+// The names of a loss's interface values. Empty: "loss", and "target" or "labels" (the
+// names LossKind lists).
+struct LossNames {
+  std::string label;
+  TakenName label_taken = TakenName::kError;
+  std::string output;
+  TakenName output_taken = TakenName::kError;
 };
 
 enum class OptimizerKind { kAdamW, kSGD };
@@ -153,5 +181,28 @@ void generate_artifacts(std::span<const std::byte> model_bytes, const std::files
 // floating-point element type and static shape (what onnxblock's optimizer blocks build).
 // Throws onnxtrain::Error when there is none, or one is not floating-point or has no shape.
 std::string build_optimizer_model(std::span<const ValueMetadata> parameters, const OptimizerOptions& options);
+
+// One loss built apart from a model, for builders that append it themselves (onnxblock's loss
+// blocks): `model` is a serialized ONNX model whose graph inputs are the loss input and the
+// label, whose nodes are the loss's (standard ONNX ops, constants as Constant nodes) and whose
+// output is the loss. Its names do not clash with the model's (see LossNames); its opsets are
+// the model's.
+struct LossModel {
+  std::string model;
+  std::string output;  // the loss output's name
+  std::string label;   // the label input's name
+};
+
+// The loss `options` of the value `input` of the model (a graph input, an initializer or a
+// node output). Its type is what shape inference proves, completed by the model's
+// declarations; dimension names are not passed on to the label (exporters name output axes
+// freely, and a label must not be tied to an unrelated input axis). Throws onnxtrain::Error
+// when `input` is no value of the model, its type is unknown or does not suit the loss, an
+// option does not suit the loss, or a name is taken (TakenName::kError).
+LossModel build_loss_model(const std::filesystem::path& model_path, const std::string& input,
+                           const LossOptions& options, const LossNames& names = {});
+// The same for a serialized model; external data, if any, is looked up under `base_dir`.
+LossModel build_loss_model(std::span<const std::byte> model_bytes, const std::string& input, const LossOptions& options,
+                           const LossNames& names = {}, const std::filesystem::path& base_dir = {});
 
 }  // namespace onnxtrain

@@ -148,6 +148,11 @@ def build_optimizer_model(parameters: Sequence[tuple[str, int, Sequence[int]]], 
     The optimizer model (serialized) updating the given parameters (name, ONNX element type, shape).
     """
 
+def build_loss_model(model: object, input_name: str, options: dict, base_dir: str | os.PathLike = ...) -> tuple[bytes, str, str]:
+    """
+    The loss of the value input_name of a serialized model (bytes) or a model file (path), as a serialized model of its own (inputs: the loss input and the label; output: the loss); returns (model, loss output name, label name).
+    """
+
 class Module:
     def __init__(self, train_model: str | os.PathLike, state: CheckpointState, eval_model: str | os.PathLike, options: NativeSessionOptions) -> None: ...
 

@@ -9,6 +9,9 @@
 #include <onnxtrain/error.h>
 #include <onnxtrain/inference_session.h>
 
+#include <tuple>
+#include <type_traits>
+
 #include "bindings/bindings.h"
 
 namespace nb = nanobind;
@@ -43,6 +46,45 @@ Enum read_choice(const nb::dict& options, const char* key, std::initializer_list
               ErrorKind::kInvalidArgument);
 }
 
+LossOptions loss_options(const nb::dict& o) {
+  LossOptions loss;
+  loss.kind = read_choice<LossKind>(o, "loss",
+                                    {{"none", LossKind::kNone},
+                                     {"mse", LossKind::kMSE},
+                                     {"cross_entropy", LossKind::kCrossEntropy},
+                                     {"bce_with_logits", LossKind::kBCEWithLogits},
+                                     {"l1", LossKind::kL1},
+                                     {"huber", LossKind::kHuber},
+                                     {"smooth_l1", LossKind::kSmoothL1},
+                                     {"nll", LossKind::kNLL},
+                                     {"kl_div", LossKind::kKLDiv}},
+                                    LossKind::kNone);
+  loss.reduction = read_choice<Reduction>(o, "reduction",
+                                          {{"mean", Reduction::kMean},
+                                           {"sum", Reduction::kSum},
+                                           {"none", Reduction::kNone},
+                                           {"batchmean", Reduction::kBatchMean}},
+                                          Reduction::kMean);
+  read(o, "weight", loss.weight);
+  read(o, "pos_weight", loss.pos_weight);
+  int64_t ignore_index = 0;
+  if (o.contains("ignore_index") && !o["ignore_index"].is_none()) {
+    read(o, "ignore_index", ignore_index);
+    loss.ignore_index = ignore_index;
+  }
+  read(o, "label_smoothing", loss.label_smoothing);
+  read(o, "delta", loss.delta);
+  read(o, "beta", loss.beta);
+  read(o, "log_target", loss.log_target);
+  return loss;
+}
+
+TakenName read_taken(const nb::dict& o, const char* key) {
+  return read_choice<TakenName>(
+      o, key, {{"error", TakenName::kError}, {"fresh", TakenName::kFresh}, {"share", TakenName::kShare}},
+      TakenName::kError);
+}
+
 ArtifactOptions artifact_options(const nb::dict& o) {
   ArtifactOptions options;
   read(o, "requires_grad", options.requires_grad);
@@ -51,25 +93,7 @@ ArtifactOptions artifact_options(const nb::dict& o) {
   read(o, "additional_output_names", options.additional_output_names);
   read(o, "prefix", options.prefix);
   read(o, "nominal_checkpoint", options.nominal_checkpoint);
-
-  LossOptions& loss = options.loss;
-  loss.kind = read_choice<LossKind>(o, "loss",
-                                    {{"none", LossKind::kNone},
-                                     {"mse", LossKind::kMSE},
-                                     {"cross_entropy", LossKind::kCrossEntropy},
-                                     {"bce_with_logits", LossKind::kBCEWithLogits},
-                                     {"l1", LossKind::kL1}},
-                                    LossKind::kNone);
-  loss.reduction = read_choice<Reduction>(
-      o, "reduction", {{"mean", Reduction::kMean}, {"sum", Reduction::kSum}, {"none", Reduction::kNone}},
-      Reduction::kMean);
-  read(o, "weight", loss.weight);
-  read(o, "pos_weight", loss.pos_weight);
-  int64_t ignore_index = 0;
-  if (o.contains("ignore_index") && !o["ignore_index"].is_none()) {
-    read(o, "ignore_index", ignore_index);
-    loss.ignore_index = ignore_index;
-  }
+  options.loss = loss_options(o);
 
   if (o.contains("optimizer") && o["optimizer"].is_none()) {
     options.optimizer.reset();
@@ -142,6 +166,34 @@ void bind_artifacts(nb::module_& m) {
       },
       "parameters"_a, "options"_a,
       "The optimizer model (serialized) updating the given parameters (name, ONNX element type, shape).");
+
+  // For onnxblock.loss: the loss of one value of a model (bytes or path), built apart, with the
+  // loss options generate_artifacts reads and the names of its interface: "label_name",
+  // "loss_output_name" (empty: the defaults) and what to do when they are taken,
+  // "label_taken" / "loss_output_taken" ("error", "fresh", "share").
+  m.def(
+      "build_loss_model",
+      [](nb::object model, const std::string& input_name, nb::dict options_dict,
+         const std::filesystem::path& base_dir) {
+        const LossOptions options = loss_options(options_dict);
+        LossNames names;
+        read(options_dict, "label_name", names.label);
+        read(options_dict, "loss_output_name", names.output);
+        names.label_taken = read_taken(options_dict, "label_taken");
+        names.output_taken = read_taken(options_dict, "loss_output_taken");
+        const LossModel loss = with_model_source(model, [&](const auto& source) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(source)>, std::filesystem::path>) {
+            return build_loss_model(source, input_name, options, names);
+          } else {
+            return build_loss_model(source, input_name, options, names, base_dir);
+          }
+        });
+        return std::make_tuple(nb::bytes(loss.model.data(), loss.model.size()), loss.output, loss.label);
+      },
+      "model"_a, "input_name"_a, "options"_a, "base_dir"_a = std::filesystem::path(),
+      "The loss of the value input_name of a serialized model (bytes) or a model file (path), as a serialized "
+      "model of its own (inputs: the loss input and the label; output: the loss); returns (model, loss output "
+      "name, label name).");
 }
 
 }  // namespace onnxtrain::bindings

@@ -191,42 +191,6 @@ class ArtifactBuilder {
     }
   }
 
-  // What inference proves from the graph inputs alone (infer_types lets declarations win).
-  std::map<std::string, ir::ValueType> infer_undeclared_types() const {
-    ir::Model probe = forward_;
-    probe.graph.value_info.clear();
-    for (ir::ValueInfo& v : probe.graph.outputs) v.shape.reset();
-    return ir::infer_types(probe);
-  }
-
-  // The type of a forward value: what inference proves, completed by the declaration. The
-  // declared dimension names are not taken: exporters name output axes freely (a flattened
-  // [batch * seq, vocab] output may call its first axis "batch"), and a label input that
-  // reused such a name would be tied to the model input's axis of that name.
-  ir::ValueType type_of(const std::map<std::string, ir::ValueType>& inferred, const std::string& name) const {
-    ir::ValueType type;
-    if (auto it = inferred.find(name); it != inferred.end()) type = it->second;
-    std::vector<const ir::ValueInfo*> declared;
-    for (const ir::ValueInfo& v : forward_.graph.outputs) declared.push_back(&v);
-    for (const ir::ValueInfo& v : forward_.graph.value_info) declared.push_back(&v);
-    for (const ir::ValueInfo* info : declared) {
-      const ir::ValueInfo& v = *info;
-      if (v.name != name) continue;
-      if (type.dtype == DType::kUndefined) type.dtype = v.dtype;
-      if (!v.shape) continue;
-      if (!type.shape) {
-        type.shape.emplace();
-        for (const ir::Dim& d : *v.shape) type.shape->push_back({d.value, ""});
-      } else if (type.shape->size() == v.shape->size()) {
-        for (size_t i = 0; i < v.shape->size(); ++i) {
-          ir::Dim& dim = (*type.shape)[i];
-          if (!dim.value && (*v.shape)[i].value) dim = {(*v.shape)[i].value, ""};
-        }
-      }
-    }
-    return type;
-  }
-
   bool is_value(const std::string& name) const {
     const ir::Graph& g = forward_.graph;
     if (std::any_of(g.outputs.begin(), g.outputs.end(), [&](const auto& v) { return v.name == name; })) return true;
@@ -256,8 +220,8 @@ class ArtifactBuilder {
               ", got " + std::to_string(loss_inputs.size()) + " (" + quoted_list(loss_inputs) + ")",
           ErrorKind::kInvalidArgument);
     }
-    const std::map<std::string, ir::ValueType> inferred = infer_undeclared_types();
-    const ir::ValueType input_type = type_of(inferred, loss_inputs[0]);
+    const training::ForwardTypes types(forward_);
+    const ir::ValueType input_type = types.type_of(loss_inputs[0]);
 
     ir::Model model = forward_;
     ir::Graph& graph = model.graph;
@@ -276,12 +240,8 @@ class ArtifactBuilder {
     if (loss.kind == LossKind::kNone) {
       loss_output = value_info(loss_inputs[0], input_type.dtype, input_type.shape);
     } else {
-      training::LossGraph added = training::add_loss(editor, loss, loss_inputs[0], input_type);
-      std::optional<std::vector<ir::Dim>> shape = std::vector<ir::Dim>{};
-      if (loss.reduction == Reduction::kNone) {
-        shape = loss.kind == LossKind::kCrossEntropy ? added.label_inputs[0].shape : input_type.shape;
-      }
-      loss_output = value_info(added.output, input_type.dtype, shape);
+      training::LossGraph added = training::add_loss(editor, loss, {loss_inputs[0], input_type, forward_.opset("")});
+      loss_output = value_info(added.output, added.output_type.dtype, added.output_type.shape);
       labels = std::move(added.label_inputs);
     }
     loss_name_ = loss_output.name;
@@ -298,7 +258,7 @@ class ArtifactBuilder {
                         (name == loss_output.name ? "the loss output already" : "named twice"),
                     ErrorKind::kInvalidArgument);
       }
-      const ir::ValueType type = type_of(inferred, name);
+      const ir::ValueType type = types.type_of(name);
       outputs.push_back(value_info(name, type.dtype, type.shape));
     }
     eval_outputs_ = outputs;

@@ -344,5 +344,72 @@ TEST_F(ArtifactsTest, ErrorsNameTheCulprit) {
                "ONNX Runtime flatbuffer");
 }
 
+// Huber and KLDiv (batchmean over the dynamic batch axis: Shape, Gather, Cast) of y = x W + b
+// with W = I and b = 0, so y = x = [[0, 1], [1, 0]].
+TEST_F(ArtifactsTest, HuberAndKLDivFromGenerateArtifacts) {
+  const Tensor x = Tensor::from_vector<float>({2, 2}, {0, 1, 1, 0});
+  const Tensor identity = Tensor::from_vector<float>({2, 2}, {1, 0, 0, 1});
+  const Tensor zero = Tensor::from_vector<float>({2}, {0, 0});
+  auto loss_of = [&](const LossOptions& loss, const std::string& name, const Tensor& target) {
+    ArtifactOptions o = options();
+    o.loss = loss;
+    generate_artifacts(dir_ / "linear.onnx", dir_ / name, o);
+    InferenceSession eval(dir_ / name / "eval_model.onnx");
+    EXPECT_EQ(names(eval.inputs()), (std::vector<std::string>{"x", "target", "W", "b"}));
+    return eval.run({{"x", x}, {"target", target}, {"W", identity}, {"b", zero}})[0].item_as_double();
+  };
+  LossOptions huber;
+  huber.kind = LossKind::kHuber;
+  huber.delta = 0.5;
+  // |d| = 1 twice: delta (|d| - delta / 2) = 0.375 each, over 4 elements.
+  EXPECT_NEAR(loss_of(huber, "huber", Tensor::zeros(DType::kFloat32, {2, 2})), 0.1875, 1e-6);
+  LossOptions kl_div;
+  kl_div.kind = LossKind::kKLDiv;
+  kl_div.reduction = Reduction::kBatchMean;
+  // sum of 0.5 (log 0.5 - y) over the 4 elements, divided by the batch size 2.
+  EXPECT_NEAR(loss_of(kl_div, "kl_div", Tensor::from_vector<float>({2, 2}, {0.5f, 0.5f, 0.5f, 0.5f})),
+              std::log(0.5) - 0.5, 1e-6);
+}
+
+TEST_F(ArtifactsTest, LossModelNamesItsInterfaceAsAsked) {
+  const fs::path model = dir_ / "linear.onnx";
+  LossOptions mse;
+  mse.kind = LossKind::kMSE;
+  const LossModel plain = build_loss_model(model, "y", mse);
+  EXPECT_EQ(plain.output, "loss");
+  EXPECT_EQ(plain.label, "target");
+  const std::string bytes = plain.model;
+  const ir::Model loss = ir::load_model(std::as_bytes(std::span(bytes.data(), bytes.size())));
+  ASSERT_EQ(loss.graph.inputs.size(), 2u);
+  EXPECT_EQ(loss.graph.inputs[0].name, "y");
+  const ir::ValueInfo& target = loss.graph.inputs[1];
+  EXPECT_EQ(target.name, "target");
+  ASSERT_TRUE(target.shape && target.shape->size() == 2);
+  EXPECT_EQ((*target.shape)[0].param, "");  // y's axis "batch" is not passed on
+  EXPECT_EQ((*target.shape)[1].value, 2);
+  ASSERT_EQ(loss.graph.outputs.size(), 1u);
+  EXPECT_EQ(loss.graph.outputs[0].name, "loss");
+  EXPECT_EQ(loss.graph.nodes.back().outputs[0], "loss");
+
+  LossNames fresh{"t", TakenName::kError, "y", TakenName::kFresh};
+  EXPECT_EQ(build_loss_model(model, "y", mse, fresh).output, "y_1");
+  LossNames shared{"x", TakenName::kShare, "", TakenName::kError};
+  EXPECT_EQ(build_loss_model(model, "y", mse, shared).label, "x");
+
+  auto with_names = [&](LossNames names) { return [&, names] { build_loss_model(model, "y", mse, names); }; };
+  expect_error(with_names({"x", TakenName::kError, "", TakenName::kError}), "already has a value named 'x'");
+  expect_error(with_names({"xW", TakenName::kShare, "", TakenName::kError}), "'xW' to share is no graph input");
+  expect_error(with_names({"", TakenName::kError, "y", TakenName::kError}), "already has a value named 'y'");
+  expect_error([&] { build_loss_model(model, "nope", mse); }, "'nope' is not a value of the model");
+  LossOptions nll;
+  nll.kind = LossKind::kNLL;
+  nll.weight = {1, 2, 3};
+  expect_error([&] { build_loss_model(model, "y", nll); }, "3 class weights for the 2 classes of 'y'");
+  LossOptions smoothed;
+  smoothed.kind = LossKind::kMSE;
+  smoothed.label_smoothing = 0.1;
+  expect_error([&] { build_loss_model(model, "y", smoothed); }, "no label_smoothing");
+}
+
 }  // namespace
 }  // namespace onnxtrain

@@ -120,19 +120,6 @@ def tensor_type(inferred: onnx.ModelProto, name: str, who: str) -> onnx.TypeProt
     return found
 
 
-def static_dim(type_proto: onnx.TypeProto, axis: int) -> Optional[int]:
-    shape = type_proto.tensor_type.shape if type_proto.tensor_type.HasField("shape") else None
-    if shape is None or axis >= len(shape.dim) or not shape.dim[axis].HasField("dim_value"):
-        return None
-    return shape.dim[axis].dim_value
-
-
-def rank(type_proto: onnx.TypeProto) -> Optional[int]:
-    if not type_proto.tensor_type.HasField("shape"):
-        return None
-    return len(type_proto.tensor_type.shape.dim)
-
-
 def register_graph_outputs(model: onnx.ModelProto, names: Sequence[str], who: str) -> None:
     """Makes ``names`` the graph outputs of ``model``, typed as shape inference finds them."""
     require_values(model, names, who)

@@ -140,8 +140,8 @@ def test_target_types_follow_the_input() -> None:
 
 
 def test_bce_gradient_at_zero_logits(tmp_path) -> None:
-    """softplus(-x) keeps the exact gradient sigmoid(x) - t at x = 0, both in the Python block
-    and in the C++ builder generate_artifacts uses for BCEWithLogitsLoss."""
+    """softplus(-x) keeps the exact gradient sigmoid(x) - t at x = 0, both through the block
+    and through generate_artifacts' direct use of the C++ builder for BCEWithLogitsLoss."""
     zeros = np.zeros((N, C), np.float32)
     _, expected_grad = torch_value_and_grad(F.binary_cross_entropy_with_logits, zeros, BINARY)
     block = LossOf(L.BCEWithLogitsLoss())
@@ -162,8 +162,8 @@ def test_bce_gradient_at_zero_logits(tmp_path) -> None:
                                    L.BCEWithLogitsLoss(pos_weight=POS_WEIGHT), L.L1Loss("sum")],
                          ids=["mse", "ce", "bce", "l1"])
 def test_builtin_losses_take_the_cpp_builder_and_agree_with_the_block(block, tmp_path) -> None:
-    """generate_artifacts adds the four builtin losses with the C++ loss builder; the same
-    block built in Python gives the same loss and gradient."""
+    """generate_artifacts adds the four builtin losses with the C++ loss builder directly; the
+    same block called in a TrainingBlock gives the same loss and gradient."""
     assert block._options() is not None
     target_name, target = ("labels", LABELS_IGNORED) if isinstance(block, L.CrossEntropyLoss) else ("target", BINARY)
     generate_artifacts(parameter_model({"p": SCORES}), requires_grad=["p_value"], loss=block,
@@ -184,8 +184,8 @@ def test_builtin_losses_take_the_cpp_builder_and_agree_with_the_block(block, tmp
     (L.KLDivLoss("batchmean"), lambda x, t: F.kl_div(x, t, reduction="batchmean"), PROBABILITIES),
 ], ids=["huber-none", "ce-smoothing", "kldiv-batchmean"])
 def test_python_losses_in_generate_artifacts(block, loss_fn, target, tmp_path) -> None:
-    """Losses the C++ builder lacks are built in Python and named "loss"; a loss without
-    reduction is differentiated through its sum."""
+    """Losses generate_artifacts does not hand to the C++ builder directly are called as
+    blocks and named "loss"; a loss without reduction is differentiated through its sum."""
     assert block._options() is None
     target_name = "labels" if target is LABELS else "target"
     generate_artifacts(parameter_model({"p": SCORES}), requires_grad=["p_value"], loss=block,
@@ -196,3 +196,28 @@ def test_python_losses_in_generate_artifacts(block, loss_fn, target, tmp_path) -
     value, grad = run_both(training, training_feeds(training, {target_name: target}, {"p_value": SCORES}))
     np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(grad, expected_grad, rtol=1e-5, atol=1e-7)
+
+
+def test_dynamic_dimensions_are_read_when_the_model_runs() -> None:
+    """KLDiv's batchmean divides by the batch size and label smoothing by the class count;
+    where the model leaves them dynamic, the loss reads them from its input (Shape)."""
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["x"], ["p"])], "dynamic",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch", "classes"])],
+        [onnx.helper.make_tensor_value_info("p", onnx.TensorProto.FLOAT, ["batch", "classes"])])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    with onnxblock.base(model) as accessor:
+        smoothed = L.CrossEntropyLoss(reduction="mean", ignore_index=-100, label_smoothing=0.2)("p")
+        batchmean = L.KLDivLoss("batchmean")("p")
+        built = accessor.model
+    assert sum(n.op_type == "Shape" for n in built.graph.node) == 2
+    del built.graph.output[:]
+    built.graph.output.extend([onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [])
+                               for n in (smoothed, batchmean)])
+    values = run_both(built, {"x": SCORES, "labels": LABELS_IGNORED, "target": PROBABILITIES})
+    x = torch.tensor(SCORES)
+    expected = [F.cross_entropy(x, torch.tensor(LABELS_IGNORED), label_smoothing=0.2),
+                F.kl_div(x, torch.tensor(PROBABILITIES), reduction="batchmean")]
+    for value, want in zip(values, expected):
+        np.testing.assert_allclose(value, want.numpy(), rtol=1e-5, atol=1e-7)
