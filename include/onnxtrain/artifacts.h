@@ -73,12 +73,12 @@ struct LossOptions {
   Reduction reduction = Reduction::kMean;
   // CrossEntropy, NLL: class weights (one per class); BCEWithLogits: weights of the elements,
   // broadcast against the last axis.
-  std::vector<float> weight;
+  std::vector<double> weight;
   // CrossEntropy, NLL: the label value that contributes nothing (not even to the mean's
   // denominator).
   std::optional<int64_t> ignore_index;
   // BCEWithLogits: weight of the positive examples, broadcast against the last axis.
-  std::vector<float> pos_weight;
+  std::vector<double> pos_weight;
   // CrossEntropy: torch's label_smoothing, in [0, 1] (needs opset 13).
   double label_smoothing = 0.0;
   double delta = 1.0;       // Huber: where the quadratic part ends (> 0)

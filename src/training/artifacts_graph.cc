@@ -12,14 +12,14 @@ Tensor float_scalar(DType dtype, double value) {
   });
 }
 
-Tensor float_vector(DType dtype, std::span<const float> values) {
+Tensor float_vector(DType dtype, std::span<const double> values) {
   return float_tensor(dtype, {static_cast<int64_t>(values.size())}, values);
 }
 
-Tensor float_tensor(DType dtype, Shape shape, std::span<const float> values) {
+Tensor float_tensor(DType dtype, Shape shape, std::span<const double> values) {
   return dispatch<ONNXTRAIN_FLOAT_TYPES>(dtype, "a constant", [&]<typename T>() {
     std::vector<T> typed;
-    for (float v : values) typed.push_back(static_cast<T>(static_cast<compute_type_t<T>>(v)));
+    for (double v : values) typed.push_back(static_cast<T>(static_cast<compute_type_t<T>>(v)));
     return Tensor::from_vector<T>(shape, typed);
   });
 }

@@ -17,9 +17,9 @@ namespace onnxtrain::training {
 
 // A scalar, or a 1-D tensor of `values`, of the floating-point type `dtype`.
 Tensor float_scalar(DType dtype, double value);
-Tensor float_vector(DType dtype, std::span<const float> values);
+Tensor float_vector(DType dtype, std::span<const double> values);
 // `values` in `shape`, of the floating-point type `dtype`.
-Tensor float_tensor(DType dtype, Shape shape, std::span<const float> values);
+Tensor float_tensor(DType dtype, Shape shape, std::span<const double> values);
 
 // The types of a forward model's values as the artifact builders see them: what inference
 // proves from the graph inputs, completed by the model's declarations (outputs, value_info).

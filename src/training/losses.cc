@@ -139,8 +139,8 @@ std::string bce_with_logits_elements(ir::GraphEditor& editor, const LossOptions&
   const std::string one = editor.constant(float_scalar(dtype, 1.0));
   std::string softplus = editor.add("Softplus", {editor.add("Neg", {input})});  // log(1 + exp(-x))
   if (!options.pos_weight.empty()) {
-    std::vector<float> minus_one(options.pos_weight);
-    for (float& w : minus_one) w -= 1.0f;
+    std::vector<double> minus_one(options.pos_weight);
+    for (double& w : minus_one) w -= 1.0;
     const std::string scaled = editor.add("Mul", {target, editor.constant(float_vector(dtype, minus_one))});
     softplus = editor.add("Mul", {editor.add("Add", {scaled, one}), softplus});
   }
@@ -207,7 +207,7 @@ std::string counted_labels(ir::GraphEditor& editor, const LossOptions& options, 
     if (!valid.empty()) weights = editor.add("Where", {valid, weights, editor.constant(float_scalar(dtype, 0.0))});
     return editor.add("ReduceSum", {weights}, {ir::attr("keepdims", 0)});
   }
-  const std::vector<float> one{1.0f};
+  const std::vector<double> one{1.0};
   const std::string counted = !valid.empty()
                                   ? editor.add("Cast", {valid}, {ir::attr("to", static_cast<int64_t>(dtype))})
                                   : editor.add("ConstantOfShape", {editor.add("Shape", {labels})},

@@ -159,9 +159,9 @@ int64_t parse_integer(const std::string& option, const std::string& text) {
   return value;
 }
 
-std::vector<float> parse_numbers(const std::string& option, const std::string& text) {
-  std::vector<float> values;
-  for (const std::string& item : split_names(text)) values.push_back(static_cast<float>(parse_number(option, item)));
+std::vector<double> parse_numbers(const std::string& option, const std::string& text) {
+  std::vector<double> values;
+  for (const std::string& item : split_names(text)) values.push_back(parse_number(option, item));
   return values;
 }
 
