@@ -44,55 +44,38 @@ def first_number(text: str) -> float | None:
     return float(match.group()) if match else None
 
 
-def forward_rows(out: str) -> dict[str, float]:
-    """forward_latency.py: (model, exporter, batch, threads) -> onnxtrain ms."""
-    rows = {}
-    header = None
+def table_rows(out: str, header_start: str, key) -> dict[str, float]:
+    """The "onnxtrain ms" cell of each row of the markdown tables whose header line starts with
+    `header_start`, under `key(cells, section)`; section is the last "### ..." line above."""
+    rows, header, section = {}, None, ""
     for line in out.splitlines():
-        if line.startswith("| model |"):
-            header = cells(line)
-        elif header and line.startswith("| ") and not line.startswith("|---"):
-            c = cells(line)
-            ms = first_number(c[header.index("onnxtrain ms")])
-            if ms is not None:
-                rows[f"forward {c[0]} {c[1]} batch {c[2]} threads {c[3]}"] = ms
-    return rows
-
-
-def training_rows(out: str) -> dict[str, float]:
-    """training_step.py: (model, threads) -> onnxtrain step ms (the table with an "onnxtrain ms" column)."""
-    rows, threads, header = {}, None, []
-    for line in out.splitlines():
-        if line.startswith("### threads = "):
-            threads = line.split("=")[1].strip()
-        elif line.startswith("| model |"):
-            header = cells(line)
-        elif "onnxtrain ms" in header and line.startswith("| ") and not line.startswith("|---"):
-            c = cells(line)
-            ms = first_number(c[header.index("onnxtrain ms")])
-            if ms is not None:
-                rows[f"training step {c[0]} threads {threads}"] = ms
-    return rows
-
-
-def gradient_rows(out: str) -> dict[str, float]:
-    """gradient_step.py: (model, batch) -> onnxtrain ms."""
-    rows, header = {}, None
-    for line in out.splitlines():
-        if line.startswith("| model | batch |"):
-            header = cells(line)
-        elif header and line.startswith("| ") and not line.startswith("|---"):
-            c = cells(line)
-            ms = first_number(c[header.index("onnxtrain ms")])
-            if ms is not None:
-                rows[f"gradient step {c[0]} batch {c[1]}"] = ms
+        if line.startswith("### "):
+            section = line[4:].strip()
+        elif line.startswith("|"):
+            if line.startswith(header_start):
+                header = cells(line)
+            elif line.startswith("|---") or header is None or "onnxtrain ms" not in header:
+                continue
+            else:
+                c = cells(line)
+                ms = first_number(c[header.index("onnxtrain ms")])
+                if ms is not None:
+                    rows[key(c, section)] = ms
+        elif line.strip():
+            header = None
     return rows
 
 
 BENCHES = [
-    (["bench/forward_latency.py", "--exporters", "torchscript", "--repeat", "20", "--rounds", "2"], forward_rows),
-    (["bench/training_step.py", "--frameworks", "onnxtrain", "--rounds", "1"], training_rows),
-    (["bench/gradient_step.py", "--runtimes", "onnxtrain"], gradient_rows),
+    # forward_latency.py: (model, exporter, batch, threads)
+    (["bench/forward_latency.py", "--exporters", "torchscript", "--repeat", "20", "--rounds", "2"],
+     lambda out: table_rows(out, "| model |", lambda c, _: f"forward {c[0]} {c[1]} batch {c[2]} threads {c[3]}")),
+    # training_step.py: (model, "threads = N" section), from the table with an "onnxtrain ms" column
+    (["bench/training_step.py", "--frameworks", "onnxtrain", "--rounds", "1"],
+     lambda out: table_rows(out, "| model |", lambda c, section: f"training step {c[0]} {section}")),
+    # gradient_step.py: (model, batch)
+    (["bench/gradient_step.py", "--runtimes", "onnxtrain"],
+     lambda out: table_rows(out, "| model | batch |", lambda c, _: f"gradient step {c[0]} batch {c[1]}")),
 ]
 
 
