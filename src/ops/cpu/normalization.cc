@@ -34,19 +34,23 @@ using normalization::values_as;
 template <typename T>
 using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-// Mean and biased variance of `segments` runs of `length` elements, `stride` apart.
+// Mean and biased variance of `segments` runs of `length` elements, `stride` apart. The mean
+// is summed relative to the first element: rows far from 0 keep their spread (a constant
+// row's deviations are exactly 0, so its normalized values are exactly 0, where a plain sum's
+// rounding, divided by sqrt(epsilon), would leave up to ~1e-4).
 template <typename T>
 ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] std::pair<acc_t<T>, acc_t<T>> moments(const T* x, int64_t segments,
                                                                                 int64_t stride, int64_t length) {
   using A = acc_t<T>;
   const int64_t count = segments * length;
   if (count == 0) return {A(0), A(0)};
+  const A shift = static_cast<A>(x[0]);
   A sum = 0;
   for (int64_t s = 0; s < segments; ++s) {
     const T* p = x + s * stride;
-    sum += onednn::lane_sum<A>(length, [&](int64_t i) { return static_cast<A>(p[i]); });
+    sum += onednn::lane_sum<A>(length, [&](int64_t i) { return static_cast<A>(p[i]) - shift; });
   }
-  const A mean = sum / static_cast<A>(count);
+  const A mean = shift + sum / static_cast<A>(count);
   A squares = 0;
   for (int64_t s = 0; s < segments; ++s) {
     const T* p = x + s * stride;
