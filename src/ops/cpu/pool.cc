@@ -34,16 +34,35 @@ bool takes_max(C v, C best) {
   return v > best || (v != v && best == best);
 }
 
-// The maximum of `best` and `v` by takes_max: for scalars, and lane by lane for vectors of
-// channels (GCC vector types, whose comparisons give lane masks).
+// The maximum of `best` and `v` by takes_max.
 template <typename C>
 C nan_max(C best, C v) {
-  if constexpr (std::is_arithmetic_v<C>) {
-    return takes_max(v, best) ? v : best;
-  } else {
-    return ((v > best) | ((v != v) & (best == best))) ? v : best;
-  }
+  return takes_max(v, best) ? v : best;
 }
+
+// The running maximum of vectors of channels (GCC vector types), NaN-propagating lane by
+// lane: the largest value by one comparison, the last NaN by another, and a NaN wins at the
+// end. One select on two ORed lane masks would be simpler, but GCC 12 compiles that into
+// per-lane branches inside target_clones bodies (ResNet-18's fused Conv + MaxPool ran 3x
+// slower in its pooling); two single-mask selects stay two compares and two blends.
+template <typename V>
+struct LaneMax {
+  V best, nan;
+
+  // Starts at -infinity; pixels are read from memory and results stored to it (no vector
+  // argument or return value: their ABI differs between the clones).
+  LaneMax() : best(V{} - std::numeric_limits<float>::infinity()), nan(best) {}
+  void add(const float* pixel) {
+    V v;
+    std::memcpy(&v, pixel, sizeof v);
+    best = best >= v ? best : v;
+    nan = v != v ? v : nan;
+  }
+  void store(float* out) const {
+    const V result = nan != nan ? nan : best;
+    std::memcpy(out, &result, sizeof result);
+  }
+};
 
 using onednn::memory;
 
@@ -521,28 +540,22 @@ ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void max_block_range(const float* x, f
   for (int64_t i = begin; i < end; ++i) {
     const int64_t first_channel = i % blocks * kBlock, valid = std::min<int64_t>(kBlock, c - first_channel);
     const float* in = x + i * h * w * kBlock;
-    const auto at = [&](int64_t r, int64_t col) {
-      Channels pixel;
-      std::memcpy(&pixel, in + (r * w + col) * kBlock, sizeof pixel);
-      return pixel;
-    };
+    const auto at = [&](int64_t r, int64_t col) { return in + (r * w + col) * kBlock; };
     for (int64_t oh = 0; oh < win.out_h; ++oh) {
       const auto [r0, r1] = window_span(oh * win.stride_h - win.pad_top, win.kernel_h, h);
       for (int64_t ow = 0; ow < win.out_w; ++ow) {
-        Channels best;
-        if (two_by_two) {  // the common case without the window's bounds, in max_2x2's order
-          const Channels a = at(2 * oh, 2 * ow), b = at(2 * oh, 2 * ow + 1);
-          const Channels c = at(2 * oh + 1, 2 * ow), d = at(2 * oh + 1, 2 * ow + 1);
-          best = nan_max(nan_max(a, c), nan_max(b, d));
+        LaneMax<Channels> m;
+        if (two_by_two) {  // the common case without the window's bounds
+          m.add(at(2 * oh, 2 * ow));
+          m.add(at(2 * oh + 1, 2 * ow));
+          m.add(at(2 * oh, 2 * ow + 1));
+          m.add(at(2 * oh + 1, 2 * ow + 1));
         } else {
           const auto [c0, c1] = window_span(ow * win.stride_w - win.pad_left, win.kernel_w, w);
-          best = Channels{} - std::numeric_limits<float>::infinity();
           for (int64_t r = r0; r < r1; ++r)
-            for (int64_t col = c0; col < c1; ++col) {
-              best = nan_max(best, at(r, col));
-            }
+            for (int64_t col = c0; col < c1; ++col) m.add(at(r, col));
         }
-        std::memcpy(tile.data() + ow * kBlock, &best, sizeof best);
+        m.store(tile.data() + ow * kBlock);
       }
       for (int64_t j = 0; j < valid; ++j) {
         float* row = y + ((i / blocks * c + first_channel + j) * win.out_h + oh) * win.out_w;
