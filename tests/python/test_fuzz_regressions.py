@@ -331,6 +331,27 @@ def test_maxpool_propagates_nan(attrs):
     assert np.isnan(got).any()
 
 
+@pytest.mark.parametrize("kernel, strides", [([2, 2], [2, 2]), ([3, 3], [2, 2]), ([2, 3], [1, 1])])
+def test_maxpool_with_indices_propagates_nan(kernel, strides):
+    # The plain windows of training's MaxPool (with Indices) take a branch-free maximum on
+    # planes without NaN and the NaN-aware one on planes with a NaN: both against torch.
+    torch = pytest.importorskip("torch")
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2, 3, 7, 7)).astype(np.float32)
+    x[0, 0, 1, 1] = x[1, 2, 4, 5] = x[1, 1, 6, 6] = np.nan  # not at a window's first element
+    graph = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=kernel, strides=strides)],
+                              "pool", [helper.make_tensor_value_info("x", F, list(x.shape))],
+                              [helper.make_tensor_value_info("y", F, None),
+                               helper.make_tensor_value_info("i", TensorProto.INT64, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    got, indices = onnxtrain.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    expected = torch.nn.functional.max_pool2d(torch.from_numpy(x), kernel, strides).numpy()
+    np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(x.reshape(-1)[indices], got)  # each index points at its maximum (or NaN)
+    assert np.isnan(got).sum() >= 2  # x[1, 1, 6, 6] lies outside the 2x2 windows of a 7x7 image
+
+
 def test_global_maxpool_propagates_nan():
     x = np.arange(2 * 3 * 4 * 5, dtype=np.float32).reshape(2, 3, 4, 5)
     x[0, 0, 2, 3] = x[1, 2, 0, 0] = np.nan  # a NaN in the middle and in the first place
