@@ -360,7 +360,10 @@ void fill_window(T* w, int64_t size, bool periodic, const WindowCoefficients& c)
   for (int64_t i = 0; i < size; ++i) {
     // A symmetric window of one sample has N = 0; it is [1], like torch's.
     const double x = big_n == 0 ? 0.0 : 2.0 * std::numbers::pi * static_cast<double>(i) / static_cast<double>(big_n);
-    const double v = big_n == 0 ? 1.0 : c.a0 - c.a1 * std::cos(x) + c.a2 * std::cos(2.0 * x);
+    // The cosine terms first, a0 last (onnx.reference's and onnxruntime's order): Blackman's
+    // middle sample is then exactly 1 (0.58 + 0.42), not 0.9999999999999999 ((0.42 + 0.5) +
+    // 0.08), which an integer output_datatype would truncate to 0.
+    const double v = big_n == 0 ? 1.0 : (c.a2 * std::cos(2.0 * x) - c.a1 * std::cos(x)) + c.a0;
     if constexpr (std::is_integral_v<T>) {
       w[i] = static_cast<T>(v);
     } else {
