@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ops/cpu/multiversion.h"
+
 namespace onnxtrain {
 
 // Calls f.template operator()<U>() with an unsigned type of `bytes` bytes: moving an
@@ -56,7 +58,8 @@ inline void transpose_16x16_bytes(uint8_t* dst, int64_t dst_row, const uint8_t* 
 }
 
 template <typename U>
-void transpose_block(U* dst, const U* src, int64_t rows, int64_t cols, int64_t dst_row, int64_t src_col) {
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void transpose_block(U* dst, const U* src, int64_t rows, int64_t cols,
+                                                               int64_t dst_row, int64_t src_col) {
   if constexpr (sizeof(U) == 1) {  // whole 16 x 16 tiles in registers, the edges below
     const int64_t full_rows = rows / 16 * 16, full_cols = cols / 16 * 16;
     for (int64_t j0 = 0; j0 < full_cols; j0 += 16)

@@ -18,6 +18,8 @@
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "ops/cpu/multiversion.h"
+#include "ops/cpu/onednn.h"
 #include "ops/cpu/vector_math.h"
 #include "ops/kernel_registry.h"
 
@@ -112,53 +114,65 @@ std::vector<int64_t> read_targets(KernelContext& ctx, int64_t classes, std::opti
 // log_prob = (x - max) - log_sum loses no precision to cancellation (vector_math::exp
 // lets the loops over the classes vectorize):
 //   max[k] = max_c x[n, c, d],  log_sum[k] = log(sum_c exp(x[n, c, d] - max[k])).
+// Samples [begin, end) of scores [N, C], whose classes are contiguous.
+template <typename T>
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void log_sum_exp_rows(const T* x, int64_t classes, int64_t begin, int64_t end,
+                                                                compute_type_t<T>* max, compute_type_t<T>* log_sum) {
+  using C = compute_type_t<T>;
+  for (int64_t n = begin; n < end; ++n) {
+    const T* row = x + n * classes;
+    C m = -std::numeric_limits<C>::infinity();
+#pragma omp simd reduction(max : m)
+    for (int64_t c = 0; c < classes; ++c) m = std::max(m, C(row[c]));
+    // A fixed number of partial sums: every x86 level adds in the same order.
+    const C sum = onednn::lane_sum<C>(classes, [&](int64_t c) { return vector_math::exp(C(row[c]) - m); });
+    max[n] = m;
+    log_sum[n] = std::log(sum);
+  }
+}
+
+// Tasks [begin, end) of scores [N, C, D]: task t is a block of kColumnBlock positions d of
+// one sample n (t = n * blocks + block), so that x is read in order.
+template <typename T>
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void log_sum_exp_columns(const T* x, const LossShape& s, int64_t blocks,
+                                                                   int64_t begin, int64_t end, compute_type_t<T>* max,
+                                                                   compute_type_t<T>* log_sum) {
+  using C = compute_type_t<T>;
+  C m[kColumnBlock];
+  C sum[kColumnBlock];
+  for (int64_t t = begin; t < end; ++t) {
+    const int64_t n = t / blocks;
+    const int64_t column = t % blocks * kColumnBlock;
+    const int64_t width = std::min(kColumnBlock, s.d - column);
+    const T* slab = x + n * s.classes * s.d + column;
+    std::fill(m, m + width, -std::numeric_limits<C>::infinity());
+    std::fill(sum, sum + width, C(0));
+    for (int64_t c = 0; c < s.classes; ++c) {
+      const T* row = slab + c * s.d;
+#pragma omp simd
+      for (int64_t j = 0; j < width; ++j) m[j] = std::max(m[j], C(row[j]));
+    }
+    for (int64_t c = 0; c < s.classes; ++c) {
+      const T* row = slab + c * s.d;
+#pragma omp simd
+      for (int64_t j = 0; j < width; ++j) sum[j] += vector_math::exp(C(row[j]) - m[j]);
+    }
+    std::copy(m, m + width, max + n * s.d + column);
+    for (int64_t j = 0; j < width; ++j) log_sum[n * s.d + column + j] = std::log(sum[j]);
+  }
+}
+
 template <typename T>
 void log_sum_exp(const T* x, const LossShape& s, compute_type_t<T>* max, compute_type_t<T>* log_sum) {
-  using C = compute_type_t<T>;
-  if (s.d == 1) {  // [N, C]: each sample's classes are contiguous
-    parallel_for(s.n, std::max<int64_t>(1, kTaskElements / s.classes), [&](int64_t begin, int64_t end) {
-      for (int64_t n = begin; n < end; ++n) {
-        const T* row = x + n * s.classes;
-        C m = -std::numeric_limits<C>::infinity();
-#pragma omp simd reduction(max : m)
-        for (int64_t c = 0; c < s.classes; ++c) m = std::max(m, C(row[c]));
-        C sum = 0;
-#pragma omp simd reduction(+ : sum)
-        for (int64_t c = 0; c < s.classes; ++c) sum += vector_math::exp(C(row[c]) - m);
-        max[n] = m;
-        log_sum[n] = std::log(sum);
-      }
-    });
+  if (s.d == 1) {
+    parallel_for(s.n, std::max<int64_t>(1, kTaskElements / s.classes),
+                 [&](int64_t begin, int64_t end) { log_sum_exp_rows(x, s.classes, begin, end, max, log_sum); });
     return;
   }
-  // [N, C, D]: a block of positions d at a time, so that x is read in order.
   const int64_t blocks = (s.d + kColumnBlock - 1) / kColumnBlock;
   const int64_t width_max = std::min(s.d, kColumnBlock);
   parallel_for(s.n * blocks, std::max<int64_t>(1, kTaskElements / (s.classes * width_max + 1)),
-               [&](int64_t begin, int64_t end) {
-                 C m[kColumnBlock];
-                 C sum[kColumnBlock];
-                 for (int64_t t = begin; t < end; ++t) {
-                   const int64_t n = t / blocks;
-                   const int64_t column = t % blocks * kColumnBlock;
-                   const int64_t width = std::min(kColumnBlock, s.d - column);
-                   const T* slab = x + n * s.classes * s.d + column;
-                   std::fill(m, m + width, -std::numeric_limits<C>::infinity());
-                   std::fill(sum, sum + width, C(0));
-                   for (int64_t c = 0; c < s.classes; ++c) {
-                     const T* row = slab + c * s.d;
-#pragma omp simd
-                     for (int64_t j = 0; j < width; ++j) m[j] = std::max(m[j], C(row[j]));
-                   }
-                   for (int64_t c = 0; c < s.classes; ++c) {
-                     const T* row = slab + c * s.d;
-#pragma omp simd
-                     for (int64_t j = 0; j < width; ++j) sum[j] += vector_math::exp(C(row[j]) - m[j]);
-                   }
-                   std::copy(m, m + width, max + n * s.d + column);
-                   for (int64_t j = 0; j < width; ++j) log_sum[n * s.d + column + j] = std::log(sum[j]);
-                 }
-               });
+               [&](int64_t begin, int64_t end) { log_sum_exp_columns(x, s, blocks, begin, end, max, log_sum); });
 }
 
 // log_prob = (x - max) - log_sum, broadcast over the classes.
@@ -301,6 +315,19 @@ const KernelRegistration kMicrosoftSoftmaxCrossEntropyLossInternal{
       });
     }};
 
+// (softmax - onehot(target)) * w over the classes of one sample, from its log-probabilities
+// `stride` elements apart: out[k * stride] = (exp(log_prob[k * stride]) - [k == target]) * w.
+template <typename T>
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void softmax_minus_onehot(const T* log_prob, T* out, int64_t classes,
+                                                                    int64_t stride, int64_t target,
+                                                                    compute_type_t<T> w) {
+  using C = compute_type_t<T>;
+  for (int64_t k = 0; k < classes; ++k) {
+    const C p = vector_math::exp(C(log_prob[k * stride]));
+    out[k * stride] = static_cast<T>((k == target ? p - C(1) : p) * w);
+  }
+}
+
 // The gradient of the softmax cross entropy with respect to the scores, from log_prob:
 // (softmax - onehot(label)) * weight[label] * dY, dY one value or one per label; classes on
 // axis 1; a label equal to ignore_index contributes nothing; "mean" divides by the summed
@@ -324,18 +351,16 @@ void softmax_cross_entropy_grad(const Tensor& dy, const Tensor& log_prob, const 
   const T* g = dy.data<T>();
   const bool per_label = dy.numel() != 1;
   T* o = out.data<T>();
-  for (int64_t b = 0; b < n; ++b) {
-    for (int64_t i = 0; i < inner; ++i) {
-      const int64_t at = b * inner + i;
-      const auto target = static_cast<int64_t>(labels[at]);
-      const C w = label_weight(at) * C(g[per_label ? at : 0]) * scale;
-      for (int64_t k = 0; k < classes; ++k) {
-        const int64_t index = (b * classes + k) * inner + i;
-        const C p = vector_math::exp(C(lp[index]));
-        o[index] = static_cast<T>((k == target ? p - C(1) : p) * w);
+  parallel_for(n, std::max<int64_t>(1, 8192 / std::max<int64_t>(classes * inner, 1)), [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) {
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t at = b * inner + i;
+        const C w = label_weight(at) * C(g[per_label ? at : 0]) * scale;
+        const int64_t first = b * classes * inner + i;
+        softmax_minus_onehot(lp + first, o + first, classes, inner, static_cast<int64_t>(labels[at]), w);
       }
     }
-  }
+  });
 }
 
 // ORT's SoftmaxCrossEntropyLossGrad (dY, log_prob, label, weight?) <reduction, ignore_index>,
@@ -414,13 +439,8 @@ void softmax_cross_entropy_grad(const Tensor& dy, const Tensor& log_prob, const 
         const int64_t at = b * inner + i;
         int64_t target = static_cast<int64_t>(labels[at]);
         if (target < 0) target += classes;  // OneHot counts negative labels from the end
-        const C weight = C(g[per_label ? at : 0]) * scale;
-        const T* row = lp + b * classes * inner + i;
-        T* row_out = o + b * classes * inner + i;
-        for (int64_t k = 0; k < classes; ++k) {
-          const C p = vector_math::exp(C(row[k * inner]));
-          row_out[k * inner] = static_cast<T>((k == target ? p - C(1) : p) * weight);
-        }
+        const int64_t first = b * classes * inner + i;
+        softmax_minus_onehot(lp + first, o + first, classes, inner, target, C(g[per_label ? at : 0]) * scale);
       }
     }
   });

@@ -13,6 +13,12 @@
 // be a range of elements or a row, not one element, so that the call through the resolver
 // costs nothing next to it.
 //
+// The versions may round differently in the last bit: GCC fuses a * b + c into one FMA
+// where the target has it (v3, v4; optimizer_kernels.cc alone is compiled without, to match
+// onnxruntime-training bit for bit). A reduction keeps a fixed number of partial results
+// whatever the vector width (onednn.h's lane_sum and LaneVector), never a sum by
+// `omp simd reduction`, whose order would follow the width.
+//
 // Off (one version) when the library is built with -march=native (ONNXTRAIN_NATIVE sets
 // ONNXTRAIN_MULTIVERSION=0) and on compilers or targets without GCC's x86 target_clones.
 #pragma once

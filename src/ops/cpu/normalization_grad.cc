@@ -10,6 +10,7 @@
 #include "core/parallel.h"
 #include "ops/cpu/axis.h"
 #include "ops/cpu/broadcast.h"
+#include "ops/cpu/multiversion.h"
 #include "ops/cpu/normalization.h"
 #include "ops/kernel_registry.h"
 
@@ -19,6 +20,39 @@ namespace {
 using normalization::simplified_rows;
 using normalization::SimplifiedRows;
 using normalization::values_as;
+
+// Rows [begin, end) of LayerNormalizationGrad over rows of n elements: dX into `dx` (when
+// not null), and each row's dScale and dBias terms added into ds and dbs (n values each).
+template <typename T>
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void layer_norm_grad_rows(const T* g, const T* x, const T* scale,
+                                                                    const compute_type_t<T>* means,
+                                                                    const compute_type_t<T>* inv_stds, int64_t n,
+                                                                    int64_t begin, int64_t end, T* dx,
+                                                                    compute_type_t<T>* ds, compute_type_t<T>* dbs) {
+  using C = compute_type_t<T>;
+  for (int64_t r = begin; r < end; ++r) {
+    const C mu = means[r], iv = inv_stds[r];
+    const T* gr = g + r * n;
+    const T* xr = x + r * n;
+    C a = 0, b = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      const C xhat = (C(xr[j]) - mu) * iv;
+      const C dxhat = C(gr[j]) * C(scale[j]);
+      a += dxhat;
+      b += dxhat * xhat;
+      ds[j] += C(gr[j]) * xhat;
+      dbs[j] += C(gr[j]);
+    }
+    if (!dx) continue;
+    T* out = dx + r * n;
+    const C inv_n = C(1) / C(n);
+    for (int64_t j = 0; j < n; ++j) {
+      const C xhat = (C(xr[j]) - mu) * iv;
+      const C dxhat = C(gr[j]) * C(scale[j]);
+      out[j] = static_cast<T>(iv * (dxhat - (a + xhat * b) * inv_n));
+    }
+  }
+}
 
 // LayerNormalizationGrad over the trailing axes from `axis`, from the saved mean and
 // inverse standard deviation (one per row).
@@ -53,28 +87,8 @@ const KernelRegistration kLayerNormalizationGrad{
             for (int64_t chunk = cb; chunk < ce; ++chunk) {
               C* ds = partial.data() + chunk * 2 * n;
               C* dbs = ds + n;
-              for (int64_t r = rows * chunk / chunks; r < rows * (chunk + 1) / chunks; ++r) {
-                const C mu = means[static_cast<size_t>(r)], iv = inv_stds[static_cast<size_t>(r)];
-                const T* gr = g + r * n;
-                const T* xr = xv + r * n;
-                C a = 0, b = 0;
-                for (int64_t j = 0; j < n; ++j) {
-                  const C xhat = (C(xr[j]) - mu) * iv;
-                  const C dxhat = C(gr[j]) * C(sc[j]);
-                  a += dxhat;
-                  b += dxhat * xhat;
-                  ds[j] += C(gr[j]) * xhat;
-                  dbs[j] += C(gr[j]);
-                }
-                if (!dx) continue;
-                T* out = dx->data<T>() + r * n;
-                const C inv_n = C(1) / C(n);
-                for (int64_t j = 0; j < n; ++j) {
-                  const C xhat = (C(xr[j]) - mu) * iv;
-                  const C dxhat = C(gr[j]) * C(sc[j]);
-                  out[j] = static_cast<T>(iv * (dxhat - (a + xhat * b) * inv_n));
-                }
-              }
+              layer_norm_grad_rows(g, xv, sc, means.data(), inv_stds.data(), n, rows * chunk / chunks,
+                                   rows * (chunk + 1) / chunks, dx ? dx->data<T>() : nullptr, ds, dbs);
             }
           });
           for (int64_t j = 0; j < n; ++j) {
