@@ -191,8 +191,8 @@ def compare(args: argparse.Namespace) -> None:
                 continue
             ms = [r["ms"] for r in runs]
             cpu_ms = statistics.median(r["cpu_ms"] for r in runs)
-            cells += [f"{statistics.median(ms):.1f}", f"{cpu_ms:.1f}", f"{statistics.median(r['peak_mb'] for r in runs):.0f}"]
-            print(f"{model} {runtime}: ms per round {min(ms):.1f}..{max(ms):.1f}", file=sys.stderr)
+            cells += [f"{statistics.median(ms):.2f}", f"{cpu_ms:.2f}", f"{statistics.median(r['peak_mb'] for r in runs):.0f}"]
+            print(f"{model} {runtime}: ms per round {min(ms):.2f}..{max(ms):.2f}", file=sys.stderr)
         batch = f"{BATCH[model]}x{SEQ_LEN}" if model in ("gpt2", "bert") else str(BATCH[model])
         print(f"| {model} | {batch} | " + " | ".join(cells) + " |", flush=True)
 
