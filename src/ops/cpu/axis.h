@@ -1,13 +1,15 @@
-// One axis of a tensor: the check and normalisation of an axis attribute or input (one
-// message for every kernel), and the view of a tensor along that axis.
+// One axis of a tensor: the check and normalisation of an axis attribute or input, or of a
+// list of axes (one message for every kernel), and the view of a tensor along that axis.
 #pragma once
 
 #include <onnxtrain/tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace onnxtrain {
 
@@ -19,6 +21,22 @@ int64_t normalize_axis(const Where& where, int64_t axis, int64_t rank, std::stri
                " (expected " + std::to_string(-rank) + ".." + std::to_string(rank - 1) + ")");
   }
   return axis < 0 ? axis + rank : axis;
+}
+
+// Each of `axes` normalized as normalize_axis does, in their order; an axis listed twice
+// (also as 1 and -2 of a rank-3 tensor) fails.
+template <typename Where>
+std::vector<int64_t> normalize_axes(const Where& where, std::vector<int64_t> axes, int64_t rank,
+                                    std::string_view what = "axes") {
+  std::vector<bool> listed(static_cast<size_t>(std::max<int64_t>(rank, 0)), false);
+  for (int64_t& a : axes) {
+    const int64_t given = a;
+    a = normalize_axis(where, a, rank);
+    if (listed[static_cast<size_t>(a)])
+      where.fail("axis " + std::to_string(given) + " is listed twice in " + std::string(what));
+    listed[static_cast<size_t>(a)] = true;
+  }
+  return axes;
 }
 
 // A tensor seen along one axis: `outer` blocks before it, `length` along it, `inner` after

@@ -18,7 +18,6 @@ namespace onnxtrain {
 namespace {
 
 using data_movement::copy_strided;
-using data_movement::normalize_axes;
 using data_movement::optional_ints;
 using data_movement::output_strided;
 using data_movement::required_ints;

@@ -16,16 +16,6 @@
 
 namespace onnxtrain::data_movement {
 
-// Normalized, duplicate-free axes.
-template <typename Where>
-std::vector<int64_t> normalize_axes(const Where& where, std::vector<int64_t> axes, int64_t rank) {
-  for (int64_t& a : axes) a = normalize_axis(where, a, rank);
-  std::vector<int64_t> sorted = axes;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) where.fail("axes contain a duplicate");
-  return axes;
-}
-
 // The elements of an integer tensor (int64 or int32) as int64.
 std::vector<int64_t> int64_values(const KernelContext& ctx, const Tensor& t, std::string_view what);
 // The values of input i, a list of integers (a 1-D tensor, or a scalar as one value): a

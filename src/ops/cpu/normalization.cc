@@ -650,7 +650,7 @@ const KernelRegistration kMeanVarianceNormalization{
         const Tensor& x = ctx.input(0);
         const int64_t rank = static_cast<int64_t>(x.rank());
         std::vector<bool> reduced(x.rank(), false);
-        for (int64_t a : axes) reduced[static_cast<size_t>(normalize_axis(ctx, a, rank))] = true;
+        for (int64_t a : normalize_axes(ctx, axes, rank)) reduced[static_cast<size_t>(a)] = true;
         Tensor& y = ctx.allocate_output(0, x.dtype(), x.shape());
         if (x.numel() == 0) return;
         // Each element's group: its coordinates along the axes that are not reduced.

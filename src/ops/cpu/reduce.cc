@@ -559,12 +559,7 @@ std::vector<bool> reduced_axes(KernelContext& ctx, const std::vector<int64_t>& a
     if (!noop_with_empty_axes) reduced.assign(rank, true);
     return reduced;
   }
-  const auto r = static_cast<int64_t>(rank);
-  for (const int64_t axis : axes) {
-    const auto a = static_cast<size_t>(normalize_axis(ctx, axis, r));
-    if (reduced[a]) ctx.fail("axis " + std::to_string(axis) + " is listed twice in axes");
-    reduced[a] = true;
-  }
+  for (const int64_t a : normalize_axes(ctx, axes, static_cast<int64_t>(rank))) reduced[static_cast<size_t>(a)] = true;
   return reduced;
 }
 

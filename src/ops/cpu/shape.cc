@@ -20,7 +20,6 @@ namespace onnxtrain {
 namespace {
 
 using data_movement::int64_values;
-using data_movement::normalize_axes;
 using data_movement::optional_ints;
 using data_movement::output_strided;
 using data_movement::required_ints;
@@ -178,7 +177,7 @@ const KernelRegistration kTranspose{"", "Transpose", 1, kLatestOpset, [](const K
                                                      std::to_string(perm->size()) +
                                                      " entries, expected the input rank " + std::to_string(rank));
                                           }
-                                          p = normalize_axes(ctx, *perm, static_cast<int64_t>(rank));
+                                          p = normalize_axes(ctx, *perm, static_cast<int64_t>(rank), "perm");
                                         } else {
                                           for (size_t d = 0; d < rank; ++d) p[d] = static_cast<int64_t>(rank - 1 - d);
                                         }

@@ -80,3 +80,11 @@ def test_mean_variance_normalization_float64():
     expected = (x - mean) / (np.sqrt(((x - mean) ** 2).mean(axis=(0, 2), keepdims=True)) + 1e-9)
     check_op("MeanVarianceNormalization", {"x": x}, {"axes": [0, 2]}, opset=13, expected=[expected], rtol=1e-12,
              atol=1e-12)
+
+
+@pytest.mark.parametrize("axes", [[1, 1], [1, -2]])
+def test_mean_variance_normalization_rejects_an_axis_listed_twice(axes):
+    # onnxruntime returns NaN here and onnx.reference refuses (found by fuzz_graph).
+    x = np.ones((1, 2, 3), np.float32)
+    with pytest.raises((ValueError, RuntimeError), match=rf"axis {axes[1]} is listed twice in axes"):
+        run_onnxtrain(make_model("MeanVarianceNormalization", {"x": x}, {"axes": axes}, opset=13), {"x": x})
