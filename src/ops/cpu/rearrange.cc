@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "ops/cpu/axis.h"
 #include "ops/kernel_registry.h"
 
 namespace onnxtrain {
@@ -65,7 +66,7 @@ const KernelRegistration kCenterCropPad{
         const Tensor& x = ctx.input(0);
         const std::vector<int64_t> target = ctx.input(1).to_int64_vector();
         const int64_t rank = static_cast<int64_t>(x.rank());
-        std::vector<int64_t> axes = axes_attribute;
+        std::vector<int64_t> axes = normalize_axes(ctx, axes_attribute, rank);
         if (axes.empty()) {
           for (int64_t a = 0; a < rank; ++a) axes.push_back(a);
         }
@@ -76,9 +77,7 @@ const KernelRegistration kCenterCropPad{
         Shape out = x.shape();
         std::vector<int64_t> from(x.rank(), 0), to(x.rank(), 0), extent = x.shape();
         for (size_t k = 0; k < axes.size(); ++k) {
-          const int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
-          if (a < 0 || a >= rank)
-            ctx.fail("axis " + std::to_string(axes[k]) + " is outside the rank " + std::to_string(rank));
+          const int64_t a = axes[k];
           if (target[k] < 0) ctx.fail("shape holds a negative size: " + std::to_string(target[k]));
           const int64_t dim = x.dim(a);
           out[static_cast<size_t>(a)] = target[k];

@@ -302,9 +302,7 @@ std::vector<AxisRequest> axis_requests(const KernelContext& ctx, const ResizeOpt
   const auto rank = static_cast<int64_t>(in.size());
   std::vector<int64_t> axes;
   if (o.axes) {
-    for (int64_t a : *o.axes) {
-      axes.push_back(normalize_axis(ctx, a, rank));
-    }
+    axes = normalize_axes(ctx, *o.axes, rank);
   } else {
     axes.resize(in.size());
     std::iota(axes.begin(), axes.end(), 0);

@@ -106,3 +106,10 @@ def test_tensor_scatter_rejects_overflow():
     inputs = {"past_cache": cache, "update": np.ones((1, 3, 2), np.float32), "write_indices": np.array([2], np.int64)}
     with pytest.raises((ValueError, RuntimeError), match=r"write index 2 with 3 updates leaves the cache of 4"):
         run_onnxtrain(make_model("TensorScatter", inputs, {"axis": 1}, opset=24), inputs)
+
+
+def test_center_crop_pad_rejects_an_axis_listed_twice():
+    x, shape = np.ones((2, 3, 4), np.float32), np.array([2, 2], np.int64)
+    model = make_model("CenterCropPad", {"x": x, "shape": shape}, {"axes": [1, -2]}, opset=18, constants=["shape"])
+    with pytest.raises((ValueError, RuntimeError), match=r"axis -2 is listed twice in axes"):
+        run_onnxtrain(model, {"x": x})

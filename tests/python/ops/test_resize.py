@@ -255,3 +255,12 @@ def test_errors(inputs, attributes, message):
 def test_upsample_rejects_downscaling():
     with pytest.raises((ValueError, RuntimeError), match=r"must be >= 1"):
         run("Upsample", {"x": image((1, 1, 2, 2)), "scales": f32(1, 1, 0.5, 1)}, opset=9)
+
+
+def test_resize_rejects_an_axis_listed_twice():
+    # The spec leaves a repeated axis undefined; onnxtrain refuses it, naming the axis.
+    x, scales = np.ones((2, 3, 4), np.float32), np.array([2, 2], np.float32)
+    model = make_model("Resize", {"x": x, "roi": None, "scales": scales}, {"axes": [1, 1]}, opset=19,
+                       constants=["scales"])
+    with pytest.raises((ValueError, RuntimeError), match=r"axis 1 is listed twice in axes"):
+        run_onnxtrain(model, {"x": x})
