@@ -345,6 +345,11 @@ LOSS = [
     *loss_cases("SoftmaxCrossEntropyLoss"),
     *loss_cases("NegativeLogLikelihoodLoss"),
     case("SoftmaxCrossEntropyLoss-log-prob", "SoftmaxCrossEntropyLoss", {"x": F(3, 4), "t": V([1, 0, 3], I64)}, n_outputs=2),
+    # Class counts past one vector of the gradient's loop over the classes, with a tail, and
+    # classes strided by the positions of a 3-D input.
+    case("SoftmaxCrossEntropyLoss-37-classes", "SoftmaxCrossEntropyLoss", {"x": F(3, 37), "t": V([36, 0, 17], I64)}),
+    case("SoftmaxCrossEntropyLoss-3d-19-classes", "SoftmaxCrossEntropyLoss",
+         {"x": F(2, 19, 3), "t": V([[18, 0, 5], [1, 9, 18]], I64)}, {"reduction": "sum"}),
 ]
 
 # A few graphs of several nodes: fan-out, shared inputs, chains.

@@ -63,6 +63,17 @@ def test_reductions_shapes_and_weights(op, shape, reduction, weighted):
     check_loss(op, x, t, w, {"reduction": reduction})
 
 
+# Every case the vectorized log-sum-exp reaches: [N, C] rows of one class, one vector of 16
+# partial sums, 16 and a tail, several vectors; [N, C, D] with D past one 256-wide column
+# block, and float64.
+@pytest.mark.parametrize("shape", [(4, 1), (4, 16), (3, 17), (2, 33), (2, 130), (2, 17, 300), (1, 3, 257)], ids=str)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_cross_entropy_vector_widths_and_column_blocks(shape, dtype):
+    x = scores(shape, dtype) * 4
+    t = targets((shape[0],) + shape[2:], shape[1])
+    check_loss("SoftmaxCrossEntropyLoss", x, t, None, {"reduction": "none"}, log_prob=True)
+
+
 @pytest.mark.parametrize("op", LOSSES)
 @pytest.mark.parametrize("reduction", ["none", "sum", "mean"])
 @pytest.mark.parametrize("weighted", [False, True])
