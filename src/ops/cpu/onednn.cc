@@ -4,6 +4,7 @@
 #include <span>
 
 #include "core/parallel.h"
+#include "ops/cpu/multiversion.h"
 
 namespace onnxtrain::onednn {
 
@@ -135,6 +136,40 @@ void transpose_8x8(Float8 r[8]) {
   }
 }
 
+// Blocks [begin, end) of the change `b` (block i: `b.block` channels of image i / blocks),
+// one version per x86 level: the baseline would split each 8-float register in two.
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void change_blocks(const ChannelBlocks& b, const float* from, float* to,
+                                                             int64_t begin, int64_t end) {
+  const int64_t blocks = (b.c + b.block - 1) / b.block, block = b.block, spatial = b.spatial;
+  const bool to_plain = b.to_plain;
+  for (int64_t i = begin; i < end; ++i) {
+    const int64_t first_channel = i % blocks * block, valid = std::min(block, b.c - first_channel);
+    const int64_t plain_offset = (i / blocks * b.c + first_channel) * spatial, blocked_offset = i * spatial * block;
+    const float* in = from + (to_plain ? blocked_offset : plain_offset);
+    float* out = to + (to_plain ? plain_offset : blocked_offset);
+    int64_t p = 0;
+    // Whole blocks, 8 pixels x 8 channels at a time: load 8 rows of the source, transpose.
+    for (; valid == block && p + 8 <= spatial; p += 8)
+      for (int64_t g = 0; g < block; g += 8) {
+        Float8 r[8];
+        for (int64_t q = 0; q < 8; ++q)
+          std::memcpy(&r[q], to_plain ? in + (p + q) * block + g : in + (g + q) * spatial + p, sizeof r[q]);
+        transpose_8x8(r);
+        for (int64_t q = 0; q < 8; ++q)
+          std::memcpy(to_plain ? out + (g + q) * spatial + p : out + (p + q) * block + g, &r[q], sizeof r[q]);
+      }
+    // The other pixels, and a last block of fewer channels (zeros past them when blocking).
+    for (; p < spatial; ++p)
+      for (int64_t j = 0; j < block; ++j) {
+        if (to_plain) {
+          if (j < valid) out[j * spatial + p] = in[p * block + j];
+        } else {
+          out[p * block + j] = j < valid ? in[j * spatial + p] : 0.0f;
+        }
+      }
+  }
+}
+
 }  // namespace
 
 ChannelBlocks ChannelBlocks::between(const memory::desc& from, const memory::desc& to) {
@@ -157,34 +192,7 @@ ChannelBlocks ChannelBlocks::between(const memory::desc& from, const memory::des
 
 void ChannelBlocks::run(const float* from, float* to) const {
   const int64_t blocks = (c + block - 1) / block;
-  parallel_for(n * blocks, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const int64_t first_channel = i % blocks * block, valid = std::min(block, c - first_channel);
-      const int64_t plain_offset = (i / blocks * c + first_channel) * spatial, blocked_offset = i * spatial * block;
-      const float* in = from + (to_plain ? blocked_offset : plain_offset);
-      float* out = to + (to_plain ? plain_offset : blocked_offset);
-      int64_t p = 0;
-      // Whole blocks, 8 pixels x 8 channels at a time: load 8 rows of the source, transpose.
-      for (; valid == block && p + 8 <= spatial; p += 8)
-        for (int64_t g = 0; g < block; g += 8) {
-          Float8 r[8];
-          for (int64_t q = 0; q < 8; ++q)
-            std::memcpy(&r[q], to_plain ? in + (p + q) * block + g : in + (g + q) * spatial + p, sizeof r[q]);
-          transpose_8x8(r);
-          for (int64_t q = 0; q < 8; ++q)
-            std::memcpy(to_plain ? out + (g + q) * spatial + p : out + (p + q) * block + g, &r[q], sizeof r[q]);
-        }
-      // The other pixels, and a last block of fewer channels (zeros past them when blocking).
-      for (; p < spatial; ++p)
-        for (int64_t j = 0; j < block; ++j) {
-          if (to_plain) {
-            if (j < valid) out[j * spatial + p] = in[p * block + j];
-          } else {
-            out[p * block + j] = j < valid ? in[j * spatial + p] : 0.0f;
-          }
-        }
-    }
-  });
+  parallel_for(n * blocks, 1, [&](int64_t begin, int64_t end) { change_blocks(*this, from, to, begin, end); });
 }
 
 Reorder::Reorder(const memory::desc& from, const memory::desc& to, int threads)
