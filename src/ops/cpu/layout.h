@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ops/cpu/multiversion.h"
+#include "ops/cpu/vector_math.h"
 
 namespace onnxtrain {
 
@@ -36,10 +37,32 @@ void dispatch_by_size(size_t bytes, F&& f) {
   }
 }
 
+// Transposes the 8 x 8 tile r of 4-byte elements (r[i][j] becomes r[j][i]) in registers:
+// three rounds of shuffles, on 2 x 2, 4 x 4 and 8 x 8 blocks.
+template <typename V>
+ONNXTRAIN_VECTOR_INLINE void transpose_8x8(V r[8]) {
+  static_assert(sizeof(V) == 32, "8 lanes of 4 bytes");
+  V t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {  // 2 x 2 blocks
+    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  for (int i = 0; i < 8; i += 4)  // 4 x 4 blocks
+    for (int j = 0; j < 2; ++j) {
+      u[i + 2 * j] = __builtin_shufflevector(t[i + j], t[i + j + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+      u[i + 2 * j + 1] = __builtin_shufflevector(t[i + j], t[i + j + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+  for (int j = 0; j < 4; ++j) {  // the 4 x 4 halves
+    r[j] = __builtin_shufflevector(u[j], u[j + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    r[j + 4] = __builtin_shufflevector(u[j], u[j + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+  }
+}
+
 // Transposes blocks: dst[i * dst_row + j] = src[i + j * src_col] for i < rows, j < cols.
-// Works in 8 x 8 tiles through a local buffer: each tile reads 8 source rows and writes 8
-// destination rows, so even power-of-two strides (which map every row to one cache set)
-// stay within the L1 cache's associativity.
+// Works in tiles (16 x 16 for bytes and 8 x 8 for 4-byte elements in registers, 8 x 8
+// through a local buffer for the others): each tile reads a few source rows and writes as
+// many destination rows, so even power-of-two strides (which map every row to one cache
+// set) stay within the L1 cache's associativity.
 // A 16 x 16 tile of bytes transposed in registers: four rounds of interleaving row r with
 // row r + 8 (each round rotates the index bits by one; four swap row and column).
 inline void transpose_16x16_bytes(uint8_t* dst, int64_t dst_row, const uint8_t* src, int64_t src_col) {
@@ -78,6 +101,14 @@ ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void transpose_block(U* dst, const U* 
     const int64_t nj = std::min(kTile, cols - j0);
     for (int64_t i0 = 0; i0 < rows; i0 += kTile) {
       const int64_t ni = std::min(kTile, rows - i0);
+      if (sizeof(U) == 4 && ni == kTile && nj == kTile) {  // source rows j0.., destination rows i0..
+        using Row = vector_math::Vector<uint32_t, 8>;
+        Row r[kTile];
+        for (int64_t j = 0; j < kTile; ++j) std::memcpy(&r[j], src + i0 + (j0 + j) * src_col, sizeof(Row));
+        transpose_8x8(r);
+        for (int64_t i = 0; i < kTile; ++i) std::memcpy(dst + (i0 + i) * dst_row + j0, &r[i], sizeof(Row));
+        continue;
+      }
       if (ni == kTile && nj == kTile) {
         for (int64_t j = 0; j < kTile; ++j) {
           const U* s = src + i0 + (j0 + j) * src_col;

@@ -4,6 +4,7 @@
 #include <span>
 
 #include "core/parallel.h"
+#include "ops/cpu/layout.h"
 #include "ops/cpu/multiversion.h"
 
 namespace onnxtrain::onednn {
@@ -117,24 +118,6 @@ memory::format_tag channel_blocked_tag(size_t rank, int64_t block) {
 }
 
 using Float8 = vector_math::Vector<float, 8>;
-
-// Transposes the 8 x 8 tile r (r[i][j] becomes r[j][i]) in registers.
-void transpose_8x8(Float8 r[8]) {
-  Float8 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {  // 2 x 2 blocks
-    t[i] = __builtin_shufflevector(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
-    t[i + 1] = __builtin_shufflevector(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
-  }
-  for (int i = 0; i < 8; i += 4)  // 4 x 4 blocks
-    for (int j = 0; j < 2; ++j) {
-      u[i + 2 * j] = __builtin_shufflevector(t[i + j], t[i + j + 2], 0, 1, 8, 9, 4, 5, 12, 13);
-      u[i + 2 * j + 1] = __builtin_shufflevector(t[i + j], t[i + j + 2], 2, 3, 10, 11, 6, 7, 14, 15);
-    }
-  for (int j = 0; j < 4; ++j) {  // the 4 x 4 halves
-    r[j] = __builtin_shufflevector(u[j], u[j + 4], 0, 1, 2, 3, 8, 9, 10, 11);
-    r[j + 4] = __builtin_shufflevector(u[j], u[j + 4], 4, 5, 6, 7, 12, 13, 14, 15);
-  }
-}
 
 // Blocks [begin, end) of the change `b` (block i: `b.block` channels of image i / blocks),
 // one version per x86 level: the baseline would split each 8-float register in two.
