@@ -434,6 +434,13 @@ void Executor::refuse_packed_inputs(const Step& step, std::span<const Tensor* co
 }
 
 void Executor::run_steps(const Program& program, size_t begin, size_t end, Frame& frame, int threads) {
+  if (openmp_lost_to_fork()) {  // this thread forked the process after it ran OpenMP (core/parallel.h)
+    run_on_fresh_thread([&] {
+      const ThreadScope thread_scope(options_.intra_op_num_threads);
+      run_steps(program, begin, end, frame, omp_get_max_threads());
+    });
+    return;
+  }
   const ExecutionContext execution{device_, threads, nullptr};
   const auto run_start = profiler_ ? Profiler::Clock::now() : Profiler::Clock::time_point{};
   std::vector<const Tensor*>& inputs = frame_state_.step_inputs;

@@ -1,11 +1,7 @@
 #include <gtest/gtest.h>
 #include <onnxtrain/inference_session.h>
 
-#include <atomic>
-#include <stdexcept>
-
 #include "core/allocator.h"
-#include "core/parallel.h"
 #include "ir/onnx_io.h"
 #include "ops/kernel.h"
 #include "ops/kernel_registry.h"
@@ -20,18 +16,6 @@ namespace onnxtrain {
 namespace {
 
 using namespace onnxtrain::testing;
-
-TEST(ParallelFor, AnExceptionInAChunkIsRethrownAfterTheRegion) {
-  ThreadScope threads(2);
-  std::atomic<int64_t> done{0};
-  EXPECT_THROW(parallel_for(1000, 1,
-                            [&](int64_t begin, int64_t end) {
-                              if (begin == 0) throw std::runtime_error("chunk 0 failed");
-                              done += end - begin;
-                            }),
-               std::runtime_error);
-  EXPECT_GT(done.load(), 0);  // the other chunk ran to its end
-}
 
 TEST(MemoryPlan, ReusesBytesOnlyBetweenBuffersThatNeverLiveTogether) {
   // a: steps 0-1, b: 1-2, c: 2-3 (a and c may share), d: 0-3 (shares with nobody)

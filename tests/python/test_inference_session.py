@@ -178,6 +178,54 @@ def test_a_session_leaves_the_process_thread_count_as_it_was(tmp_path):
     assert torch_before == torch_after == 2
 
 
+FORK_CHILD_CODE = """
+import os, sys
+import numpy as np
+from onnx import TensorProto, helper
+import onnxtrain
+from onnxtrain import _C
+
+run_before_fork = sys.argv[1] == "run"
+x = np.random.default_rng(0).standard_normal((4, 8, 64, 64)).astype(np.float32)
+w = np.random.default_rng(1).standard_normal((8, 8, 3, 3)).astype(np.float32)
+graph = helper.make_graph(
+    [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])], "g",
+    [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 8, 64, 64])],
+    [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel())])
+options = onnxtrain.SessionOptions()
+options.intra_op_num_threads = 2
+session = onnxtrain.InferenceSession(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+                                     .SerializeToString(), sess_options=options)
+expected = session.run(None, {"x": x})[0] if run_before_fork else None
+pid = os.fork()
+if pid == 0:
+    y = session.run(None, {"x": x})[0]
+    same = expected is None or np.array_equal(y, expected)
+    print(int(same), int(_C._openmp_lost_to_fork()), flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.parametrize("before_fork", ["run", "load only"])
+def test_a_forked_child_runs_instead_of_hanging(before_fork):
+    """GCC's OpenMP hangs in a forked child's first parallel region once the parent has run
+    one (multiprocessing's "fork" start, DataLoader workers, pre-forking servers): the child of
+    a parent that ran on several threads runs its kernels on a thread of its own (with the
+    same result); the child of a parent that only loaded the model runs as the parent would."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", FORK_CHILD_CODE, before_fork.split()[0]], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    same, lost = map(int, done.stdout.split())
+    assert same == 1
+    assert lost == (before_fork == "run")
+
+
 def resident_mb() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096 / 2**20

@@ -241,6 +241,55 @@ def test_resume_in_a_new_process_is_bit_exact(mlp_artifacts, tmp_path):
     assert first + rest == whole  # bit for bit
 
 
+FORK_SCRIPT = """
+import os, sys
+import numpy as np
+from onnxtrain import SessionOptions
+from onnxtrain.training.api import CheckpointState, Module, Optimizer
+
+folder = sys.argv[1]
+options = SessionOptions()
+options.intra_op_num_threads = 2
+state = CheckpointState.load_checkpoint(os.path.join(folder, "checkpoint"))
+module = Module(os.path.join(folder, "training_model.onnx"), state, session_options=options)
+optimizer = Optimizer(os.path.join(folder, "optimizer_model.onnx"), module)
+rng = np.random.default_rng(0)
+x = rng.standard_normal((4096, 32)).astype(np.float32)
+y = rng.integers(0, 10, 4096).astype(np.int64)
+
+def steps(count):
+    losses = []
+    for _ in range(count):
+        losses.append(float(module(x, y)))
+        optimizer.step()
+        module.lazy_reset_grad()
+    return losses
+
+steps(2)  # the parent has run on two threads
+pid = os.fork()
+losses = steps(3)
+if pid == 0:
+    print(repr(losses), flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print(repr(losses), os.waitstatus_to_exitcode(status), flush=True)
+"""
+
+
+def test_training_goes_on_in_a_forked_child(mlp_artifacts, tmp_path):
+    """A child of fork() trains on from the parent's state (GCC's OpenMP would hang in it:
+    core/parallel.h), with the parent's results bit for bit."""
+    script = tmp_path / "fork.py"
+    script.write_text(FORK_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), str(mlp_artifacts)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    child, parent = done.stdout.strip().splitlines()
+    *parent_losses, status = parent.rsplit(" ", 1)
+    assert status == "0"
+    assert child == " ".join(parent_losses)
+
+
 def test_errors_name_what_was_expected(mlp_case, mlp_artifacts, tmp_path):
     state, module = load(mlp_artifacts, eval_model=False)
     x, y = mlp_case.batches(1)[0]
