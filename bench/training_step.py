@@ -29,7 +29,11 @@ over the process's peak right after its imports ("+N"). Step time is the median 
 model, framework) follow each other and the table shows the median of the rounds (each
 round is listed below it), with the load average, since the 2 cores are shared.
 
+``--contention N`` measures every case a second time next to N busy processes
+(``contention.py``) and prints each framework's slowdown.
+
     PYTHONPATH=build/<dir>/python .venv/bin/python bench/training_step.py [--threads 1 2] [--rounds 3]
+    PYTHONPATH=build/<dir>/python .venv/bin/python bench/training_step.py --threads 2 --contention 1
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+from contention import Competitors
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("mlp", "cnn", "gpt")
@@ -94,7 +99,7 @@ def time_steps(train: Callable[[Any, Any], Any], update: Callable[[], None],
             whole.append(end - start)
             train_part.append(middle - start)
             update_part.append(end - middle)
-    return {"step_ms": statistics.median(whole) * 1e3, "train_ms": statistics.median(train_part) * 1e3,
+    return {"step_ms": statistics.median(whole) * 1e3, "mean_ms": statistics.fmean(whole) * 1e3, "train_ms": statistics.median(train_part) * 1e3,
             "optimizer_ms": statistics.median(update_part) * 1e3, "first_loss": losses[0], "last_loss": losses[-1]}
 
 
@@ -405,6 +410,42 @@ def print_tables(threads: int, models: list[str], frameworks: list[str],
         print(f"| {model} | " + " | ".join(cells) + " |")
 
 
+def print_contention_table(threads: int, models: list[str], frameworks: list[str], competitors: int,
+                           quiet: dict[tuple[int, str, str], list[dict | str]],
+                           contended: dict[tuple[int, str, str], list[dict | str]]) -> None:
+    """Step times next to `competitors` busy processes, and the slowdown against the quiet runs."""
+    def runs(results: dict, model: str, framework: str) -> list[dict]:
+        return [r for r in results[threads, model, framework] if isinstance(r, dict)]
+
+    def slowdown(model: str, framework: str, key: str) -> float | None:
+        busy, calm = runs(contended, model, framework), runs(quiet, model, framework)
+        return median_of(busy, key) / median_of(calm, key) if busy and calm else None
+
+    print(f"\n### next to {competitors} busy process(es), threads = {threads}\n")
+    header = ["model"] + [f"{TITLES[f]} ms (slowdown)" for f in frameworks]
+    if "onnxtrain" in frameworks and "ort-training" in frameworks:
+        header.append("onnxtrain slowdown / ORT-training's")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for model in models:
+        cells = [model]
+        for framework in frameworks:
+            busy = runs(contended, model, framework)
+            if not busy:
+                cells.append("n/a")
+                continue
+            median, mean = slowdown(model, framework, "step_ms"), slowdown(model, framework, "mean_ms")
+            cells.append(f"{format_ms(median_of(busy, 'step_ms'))} / {format_ms(median_of(busy, 'mean_ms'))} "
+                         f"({median:.2f}× / {mean:.2f}×)" if median and mean else "n/a")
+        if len(header) > len(frameworks) + 1:
+            ours, theirs = slowdown(model, "onnxtrain", "mean_ms"), slowdown(model, "ort-training", "mean_ms")
+            cells.append(f"{ours / theirs:.2f}" if ours and theirs else "n/a")
+        print("| " + " | ".join(cells) + " |")
+    print("\nms: median / mean step time with the competitors running; slowdown: against the same "
+          "framework's quiet runs of the same rounds (median / mean). The last column compares the mean "
+          "slowdowns: at most 1 means onnxtrain suffers no more than ORT-training from a shared CPU.")
+
+
 def print_loss_check(models: list[str], frameworks: list[str], threads: list[int],
                      results: dict[tuple[int, str, str], list[dict | str]]) -> None:
     """The first step's loss of each framework: the same model on the same batch."""
@@ -457,6 +498,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated: mlp,cnn,gpt")
     parser.add_argument("--frameworks", default=",".join(FRAMEWORKS), help="comma-separated: " + ",".join(FRAMEWORKS))
     parser.add_argument("--work", type=Path, help="folder for the exported models and artifacts (default: temporary)")
+    parser.add_argument("--contention", type=int, default=0, metavar="N",
+                        help="also measure each case next to N busy processes (started and stopped by the bench)")
     parser.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "FOLDER"), help=argparse.SUPPRESS)
     parser.add_argument("--ort-artifacts", type=Path, metavar="FOLDER", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -482,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         load_before = uptime()
         results: dict[tuple[int, str, str], list[dict | str]] = {
             (t, m, f): [] for t in args.threads for m in models for f in frameworks}
+        contended: dict[tuple[int, str, str], list[dict | str]] = {key: [] for key in results}
         for _ in range(args.rounds):
             for threads in args.threads:
                 for model in models:
@@ -490,6 +534,10 @@ def main(argv: list[str] | None = None) -> int:
                             results[threads, model, framework].append(ort_outcome[model][0])
                             continue
                         results[threads, model, framework].append(run_child(framework, work / model, threads, args))
+                        if args.contention:
+                            with Competitors(args.contention):
+                                contended[threads, model, framework].append(
+                                    run_child(framework, work / model, threads, args))
         load_after = uptime()
 
     print(f"training step benchmark: {args.steps} timed steps after {args.warmup} warm-up per process, "
@@ -502,6 +550,8 @@ def main(argv: list[str] | None = None) -> int:
         print_tables(threads, models, frameworks, results)
         if {"ort-training", "onnxtrain-ort"} <= set(frameworks):
             print_ort_files_table(threads, models, results)
+        if args.contention:
+            print_contention_table(threads, models, frameworks, args.contention, results, contended)
     print_loss_check(models, frameworks, args.threads, results)
     for model, (_, note) in ort_outcome.items():
         if note:
