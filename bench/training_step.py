@@ -99,8 +99,9 @@ def time_steps(train: Callable[[Any, Any], Any], update: Callable[[], None],
             whole.append(end - start)
             train_part.append(middle - start)
             update_part.append(end - middle)
-    return {"step_ms": statistics.median(whole) * 1e3, "mean_ms": statistics.fmean(whole) * 1e3, "train_ms": statistics.median(train_part) * 1e3,
-            "optimizer_ms": statistics.median(update_part) * 1e3, "first_loss": losses[0], "last_loss": losses[-1]}
+    return {"step_ms": statistics.median(whole) * 1e3, "mean_ms": statistics.fmean(whole) * 1e3,
+            "train_ms": statistics.median(train_part) * 1e3, "optimizer_ms": statistics.median(update_part) * 1e3,
+            "first_loss": losses[0], "last_loss": losses[-1]}
 
 
 def measure_onnxtrain(folder: Path, threads: int, warmup: int, steps: int, files: str = "onnxtrain") -> dict:

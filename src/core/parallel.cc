@@ -29,7 +29,9 @@ const bool registered = [] {  // when the library loads
 // destroyed (its thread is detached): nothing to join when the process exits.
 class FreshThread {
  public:
-  FreshThread() { std::thread([this] { serve(); }).detach(); }
+  FreshThread() {
+    std::thread([this] { serve(); }).detach();
+  }
 
   void run(const std::function<void()>& f) {
     std::unique_lock lock(mutex_);
@@ -72,9 +74,13 @@ class FreshThread {
 
 }  // namespace
 
-void detail::note_openmp_use() { led_team = true; }
+void detail::note_openmp_use() {
+  led_team = true;
+}
 
-bool openmp_lost_to_fork() { return lost; }
+bool openmp_lost_to_fork() {
+  return lost;
+}
 
 void run_on_fresh_thread(const std::function<void()>& f) {
   // One per fork: a grandchild has none of its parent's threads (the old object is left as it is).
