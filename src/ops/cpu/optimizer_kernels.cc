@@ -60,6 +60,18 @@ int64_t step_input(KernelContext& ctx, size_t input) {
 
 // ---- AccumulateGradient (grad, buffer, reset) => (out), out in the buffer's memory ----
 
+// y = buffer + g over [begin, end) (y = g on a reset), one version per x86 level.
+template <typename T>
+ONNXTRAIN_MULTIVERSIONED void accumulate_range(bool reset, const T* g, const T* buffer, T* y, int64_t begin,
+                                               int64_t end) {
+  using C = compute_type_t<T>;
+  if (reset) {
+    for (int64_t i = begin; i < end; ++i) y[i] = g[i];
+  } else {
+    for (int64_t i = begin; i < end; ++i) y[i] = static_cast<T>(C(buffer[i]) + C(g[i]));
+  }
+}
+
 const KernelRegistration kAccumulateGradient{
     kDomain, "AccumulateGradient", 1, kLatestOpset, [](const KernelInfo&) {
       return make_kernel([](KernelContext& ctx) {
@@ -70,17 +82,11 @@ const KernelRegistration kAccumulateGradient{
         const bool reset = reset_flag.data<bool>()[0];
         Tensor& out = ctx.allocate_output_in_place(0, 1, grad.dtype(), grad.shape());
         dispatch<OPTIMIZER_FLOAT_TYPES>(grad.dtype(), "AccumulateGradient", [&]<typename T>() {
-          using C = compute_type_t<T>;
           const T* g = grad.data<T>();
           const T* buffer = ctx.input(1).data<T>();
           T* y = out.data<T>();
-          parallel_for(grad.numel(), kGrain, [&](int64_t begin, int64_t end) {
-            if (reset) {
-              for (int64_t i = begin; i < end; ++i) y[i] = g[i];
-            } else {
-              for (int64_t i = begin; i < end; ++i) y[i] = static_cast<T>(C(buffer[i]) + C(g[i]));
-            }
-          });
+          parallel_for(grad.numel(), kGrain,
+                       [&](int64_t begin, int64_t end) { accumulate_range(reset, g, buffer, y, begin, end); });
         });
       });
     }};
