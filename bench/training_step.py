@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MODELS = ("mlp", "cnn", "gpt")
 FRAMEWORKS = ("onnxtrain", "ort-training", "torch", "onnxtrain-ort")
 TITLES = {"onnxtrain": "onnxtrain", "torch": "PyTorch", "ort-training": "ORT-training",
-          "onnxtrain-ort": "onnxtrain on ORT's files"}
+          "onnxtrain-ort": "onnxtrain on ORT's files", "torch-fused": "PyTorch fused"}  # the last: training_scale.py's
 # onnxtrain's target on ORT-training's own artifacts: at most this share of ORT's step time.
 ORT_FILES_TARGET = 0.77
 ORT_TRAINING_PYTHON = Path.home() / ".cache" / "onnxtrain" / "ort-training-1.19.2" / "bin" / "python"
@@ -314,10 +314,12 @@ def last_error_line(stderr: str) -> str:
     return lines[-1][:200] if lines else "no message"
 
 
-def run_child(framework: str, folder: Path, threads: int, args: argparse.Namespace) -> dict | str:
-    """One measurement in a fresh process: its result, or why it failed."""
+def run_child(framework: str, folder: Path, threads: int, args: argparse.Namespace,
+              script: str = __file__) -> dict | str:
+    """One measurement in a fresh process (`script --child`, this one's or another bench's):
+    its result, or why it failed."""
     python = str(ORT_TRAINING_PYTHON) if framework == "ort-training" else sys.executable
-    command = [python, __file__, "--child", framework, str(folder), "--threads", str(threads),
+    command = [python, script, "--child", framework, str(folder), "--threads", str(threads),
                "--warmup", str(args.warmup), "--steps", str(args.steps)]
     done = subprocess.run(command, capture_output=True, text=True, env=child_environment(framework, threads))
     if done.returncode != 0:
