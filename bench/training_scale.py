@@ -59,7 +59,7 @@ from training_step import (LEARNING_RATE, ORT_TRAINING_PYTHON, TITLES, WEIGHT_DE
                            generate_onnxtrain_artifacts, git_revision, load_batches, measure_onnxtrain,
                            measure_ort_training, median_of, onnxtrain_location, ort_training_available, peak_rss_mb,
                            print_contention_table, print_loss_check, print_spread, print_tables, run_child,
-                           run_ort_artifacts_child, time_steps, uptime)
+                           run_ort_artifacts_child, time_torch_steps, uptime)
 
 FRAMEWORKS = ("onnxtrain", "torch", "torch-fused", "ort-training")
 EPSILON = 1e-6  # generate_artifacts' AdamW epsilon (onnxtrain's and ORT-training's)
@@ -73,7 +73,6 @@ Results = dict[tuple[int, str, str], list[dict | str]]
 
 def measure_torch(folder: Path, threads: int, warmup: int, steps: int, fused: bool = False) -> dict:
     import torch
-    import torch.nn.functional as F
 
     spec = Spec(**json.loads((folder / "spec.json").read_text()))
     if spec.model.startswith("resnet"):
@@ -84,15 +83,7 @@ def measure_torch(folder: Path, threads: int, warmup: int, steps: int, fused: bo
     module.load_state_dict(torch.load(folder / "torch_state.pt"))
     optimizer = torch.optim.AdamW(module.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY, eps=EPSILON,
                                   fused=fused or None)
-    batches = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in load_batches(folder)]
-
-    def train(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(module(x), y)
-        loss.backward()
-        return loss.detach()
-
-    return {**time_steps(train, optimizer.step, batches, warmup, steps), "baseline_mb": baseline}
+    return {**time_torch_steps(module, optimizer, folder, warmup, steps), "baseline_mb": baseline}
 
 
 MEASURE = {"onnxtrain": measure_onnxtrain, "ort-training": measure_ort_training, "torch": measure_torch,

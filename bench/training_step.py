@@ -173,7 +173,6 @@ def torch_module(model: str, folder: Path) -> Any:
 
 def measure_torch(folder: Path, threads: int, warmup: int, steps: int) -> dict:
     import torch
-    import torch.nn.functional as F
 
     sys.path.insert(0, str(ROOT))
     import zoo  # noqa: F401
@@ -183,6 +182,14 @@ def measure_torch(folder: Path, threads: int, warmup: int, steps: int) -> dict:
     torch.set_num_threads(threads)
     module = torch_module(folder.name, folder)
     optimizer = torch.optim.AdamW(module.parameters(), lr=LEARNING_RATE, weight_decay=WEIGHT_DECAY)
+    return {**time_torch_steps(module, optimizer, folder, warmup, steps), "baseline_mb": baseline}
+
+
+def time_torch_steps(module: Any, optimizer: Any, folder: Path, warmup: int, steps: int) -> dict:
+    """PyTorch's step on `folder`'s batches: zero_grad, cross-entropy, backward, optimizer.step."""
+    import torch
+    import torch.nn.functional as F
+
     batches = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in load_batches(folder)]
 
     def train(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -191,7 +198,7 @@ def measure_torch(folder: Path, threads: int, warmup: int, steps: int) -> dict:
         loss.backward()
         return loss.detach()
 
-    return {**time_steps(train, optimizer.step, batches, warmup, steps), "baseline_mb": baseline}
+    return time_steps(train, optimizer.step, batches, warmup, steps)
 
 
 MEASURE = {"onnxtrain": measure_onnxtrain, "torch": measure_torch, "ort-training": measure_ort_training,
