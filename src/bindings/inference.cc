@@ -17,7 +17,6 @@
 
 #include "bindings/bindings.h"
 #include "bindings/tensor_conversion.h"
-#include "core/parallel.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -129,7 +128,6 @@ void bind_inference(nb::module_& m) {
   // The OpenMP thread count a new parallel region of this thread would get: tests check that
   // a session leaves it as it was.
   m.def("_openmp_max_threads", [] { return omp_get_max_threads(); });
-  m.def("_openmp_lost_to_fork", [] { return openmp_lost_to_fork(); });
 }
 
 }  // namespace onnxtrain::bindings
