@@ -62,7 +62,7 @@ TITLES = {"onnxtrain": "onnxtrain", "torch": "PyTorch", "ort-training": "ORT-tra
 ORT_FILES_TARGET = 0.77
 ORT_TRAINING_PYTHON = Path.home() / ".cache" / "onnxtrain" / "ort-training-1.19.2" / "bin" / "python"
 LEARNING_RATE = 1e-3
-WEIGHT_DECAY = 0.01  # onnxtrain's AdamW default (ORT-training's is 0: same work per step)
+WEIGHT_DECAY = 0.01  # torch's AdamW default; the artifacts keep generate_artifacts' 0 (ORT's): the same work per step
 
 
 # ---- measurement, in the child process of one framework ----
