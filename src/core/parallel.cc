@@ -14,10 +14,12 @@ thread_local bool led_team = false;  // this thread started an OpenMP region (or
 thread_local bool lost = false;      // ... and then forked: regions would hang on it
 std::atomic<int> forks{0};
 
+// Runs in the child right after fork(), before OpenMP's own handlers may have run (LLVM's
+// runtime has some): it must not call into OpenMP. The marked thread's setting drops to one
+// at its next ThreadScope.
 void after_fork_in_child() {
   lost = lost || led_team;
   forks.fetch_add(1, std::memory_order_relaxed);
-  if (lost) omp_set_num_threads(1);  // oneDNN code that reads the thread's own setting
 }
 
 const bool registered = [] {  // when the library loads

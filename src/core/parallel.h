@@ -36,9 +36,9 @@ void run_on_fresh_thread(const std::function<void()>& f);
 class ThreadScope {
  public:
   explicit ThreadScope(int threads) : saved_(omp_get_max_threads()) {
-    if (openmp_lost_to_fork()) threads = 1;
+    if (openmp_lost_to_fork()) threads = saved_ = 1;  // and 1 it stays on this thread
     if (threads > 1) detail::note_openmp_use();
-    if (threads > 0 && threads != saved_) omp_set_num_threads(threads);
+    if (threads > 0 && threads != omp_get_max_threads()) omp_set_num_threads(threads);
   }
   ~ThreadScope() {
     if (omp_get_max_threads() != saved_) omp_set_num_threads(saved_);

@@ -68,6 +68,7 @@ bool is_reference(const dnnl::primitive_desc_base& pd) {
 }
 
 void reorder(const memory::desc& source_desc, const void* source, const memory::desc& target_desc, void* target) {
+  const ThreadScope scope(0);  // the thread's own count (one on a thread that forked: core/parallel.h)
   memory src = wrap(source_desc, source);
   memory dst = wrap(target_desc, target);
   execute(dnnl::reorder(src, dst), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}});
