@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 namespace onnxtrain {
 namespace {
@@ -35,15 +36,17 @@ class FreshThread {
     std::thread([this] { serve(); }).detach();
   }
 
+  // Callers take turns: the next one starts when the last has taken its result.
   void run(const std::function<void()>& f) {
     std::unique_lock lock(mutex_);
-    idle_.wait(lock, [&] { return task_ == nullptr; });
+    idle_.wait(lock, [&] { return task_ == nullptr && finished_ == nullptr; });
     task_ = &f;
-    error_ = nullptr;
     ready_.notify_all();
-    idle_.wait(lock, [&] { return task_ == nullptr && finished_ == &f; });
+    idle_.wait(lock, [&] { return finished_ == &f; });
     finished_ = nullptr;
-    if (error_) std::rethrow_exception(error_);
+    const std::exception_ptr error = std::exchange(error_, nullptr);
+    idle_.notify_all();
+    if (error) std::rethrow_exception(error);
   }
 
  private:

@@ -113,6 +113,17 @@ TEST(ParallelFor, TheChunksRunOnSeveralThreadsAtOnce) {
   EXPECT_EQ(arrived.load(), 2);
 }
 
+TEST(ParallelFor, TheFreshThreadServesCallersInTurn) {
+  std::atomic<int> ran{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 4; ++t)
+    callers.emplace_back([&] {
+      for (int i = 0; i < 200; ++i) run_on_fresh_thread([&] { ++ran; });
+    });
+  for (std::thread& c : callers) c.join();
+  EXPECT_EQ(ran.load(), 800);
+}
+
 TEST(ParallelFor, AForkedChildRunsOnOneThreadOrOnAFreshOne) {
   // GCC's OpenMP hangs in a child's first region once the parent has a team: on the thread
   // that forked, loops run serially; on a fresh thread, in parallel again.

@@ -365,7 +365,7 @@ inline int run_threads(const Sizes& s) {
 template <typename F>
 void for_each_direction(const Sizes& s, int available, F&& body) {
   const double flops = 2.0 * static_cast<double>(s.seq * s.batch * s.gh() * (s.hidden + s.input));
-  if (s.directions == 2 && available >= 2 && flops >= 4 * onednn::kFlopsPerThread && !openmp_lost_to_fork()) {
+  if (s.directions == 2 && available >= 2 && flops >= 4 * onednn::kFlopsPerThread) {
     detail::note_openmp_use();
     std::exception_ptr errors[2];
 #pragma omp parallel for num_threads(2) schedule(static, 1)
