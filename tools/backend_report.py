@@ -126,13 +126,20 @@ def summary_section(outcomes: Sequence[Outcome], context: dict[str, str]) -> lis
         for o in outcomes
     )
     # Tensor-typed: every test whose inputs and outputs are tensors of a type onnxtrain has
-    # (not sequences, optionals or strings, which are not executor values).
-    not_tensor_typed = sum(
-        o.status == "skipped" and ("not a tensor" in o.reason or "unsupported dtype: STRING" in o.reason)
-        for o in outcomes
-    )
-    tensor_typed = len(outcomes) - not_tensor_typed
-    overall = f"{counts['passed'] / tensor_typed:.1%}" if tensor_typed else "n/a"
+    # (not strings, maps, sequences or optionals). Sequences and optionals are counted apart.
+    containers = [o for o in outcomes if backend_runner.container_values(backend_runner.load_model(o.name).graph)]
+    container_names = {o.name for o in containers}
+    tensor_outcomes = [
+        o for o in outcomes
+        if o.name not in container_names
+        and not (o.status == "skipped" and ("not a tensor" in o.reason or "unsupported dtype: STRING" in o.reason))
+    ]
+    tensor_typed = len(tensor_outcomes)
+    tensor_passed = sum(o.status == "passed" for o in tensor_outcomes)
+    tensor_applicable = sum(o.status in ("passed", "failed") for o in tensor_outcomes)
+    overall = f"{tensor_passed / tensor_typed:.1%}" if tensor_typed else "n/a"
+    of_applicable = f"{tensor_passed / tensor_applicable:.1%}" if tensor_applicable else "n/a"
+    container_passed = sum(o.status == "passed" for o in containers)
     lines = ["## Summary", ""]
     lines += table(
         ["", ""],
@@ -147,8 +154,11 @@ def summary_section(outcomes: Sequence[Outcome], context: dict[str, str]) -> lis
                 "pass rate (passed / applicable)",
                 f"{rate} (required: {expectations.MIN_PASS_RATE:.0%})",
             ),
-            ("tensor-typed tests (no sequence, optional or string values)", tensor_typed),
+            ("tensor-typed tests (no sequence, optional, map or string values)", tensor_typed),
+            ("tensor-typed tests passed", tensor_passed),
             ("overall pass rate (passed / tensor-typed)", overall),
+            ("tensor-typed pass rate of those whose ops have a kernel", f"{of_applicable} of {tensor_applicable}"),
+            ("sequence- or optional-typed tests (passed / run)", f"{container_passed} / {len(containers)}"),
         ],
     )
     return lines

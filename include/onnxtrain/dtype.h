@@ -33,6 +33,11 @@ enum class DType : int32_t {
   kInt4 = 22,        // packed, as kUInt4
   kFloat4E2M1 = 23,  // packed, as kUInt4
   kFloat8E8M0 = 24,
+  // Not element types: the kinds of value that are not a dense tensor, carried by a Tensor
+  // of shape [] so that they travel wherever tensors do (as TensorFlow carries its lists in
+  // variant tensors). ONNX numbers no tensor type below zero.
+  kSequence = -1,  // seq(tensor): Tensor::sequence()
+  kNone = -2,      // an optional without a value: Tensor::none()
 };
 
 // Bits per element: 4 for the packed types, 0 for types onnxtrain cannot hold in a tensor.
@@ -48,6 +53,10 @@ inline size_t dtype_bytes(DType dtype, size_t count) noexcept {
 std::string_view dtype_name(DType dtype) noexcept;
 // True for the element types a Tensor can hold.
 bool is_supported(DType dtype) noexcept;
+// True for kSequence and kNone: values a kernel reads only when it says it takes them.
+inline bool is_container(DType dtype) noexcept {
+  return dtype == DType::kSequence || dtype == DType::kNone;
+}
 // float, double, float16, bfloat16: the types kernels compute in and gradients flow through.
 bool is_floating(DType dtype) noexcept;
 // The float8 formats and float4e2m1: floating-point storage formats, no arithmetic.

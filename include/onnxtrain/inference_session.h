@@ -49,6 +49,10 @@ struct ValueMetadata {
   std::vector<int64_t> shape;
   // One entry per dimension: the symbolic name ("batch"), or "" when fixed or unnamed.
   std::vector<std::string> dim_names;
+  // A sequence of tensors has dtype kSequence and its tensors' type here.
+  DType element_dtype = DType::kUndefined;
+  // An optional(T) value: T, or none (Tensor::none(), or not fed).
+  bool optional = false;
 };
 
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;

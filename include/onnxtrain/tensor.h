@@ -113,6 +113,8 @@ constexpr DType dtype_of() {
     static_assert(sizeof(T) == 0, "no DType for this C++ type");
 }
 
+struct TensorSequence;
+
 class Tensor {
  public:
   Tensor() = default;
@@ -129,6 +131,12 @@ class Tensor {
   static Tensor scalar(T value) {
     return from_vector<T>({}, std::vector<T>{value});
   }
+  // ONNX's seq(tensor): a value of dtype kSequence and shape [] holding `tensors`, each of
+  // `element_dtype`. Elements in a run's arena are copied (the arena is reused once the run
+  // ends); others are shared, not copied. Throws when an element has another dtype.
+  static Tensor sequence(DType element_dtype, std::vector<Tensor> tensors);
+  // An optional without a value (dtype kNone). A present optional is its value itself.
+  static Tensor none();
 
   DType dtype() const noexcept { return dtype_; }
   const Shape& shape() const noexcept { return shape_; }
@@ -137,6 +145,10 @@ class Tensor {
   int64_t numel() const noexcept { return shape_size(shape_); }
   size_t nbytes() const noexcept { return dtype_bytes(dtype_, static_cast<size_t>(numel())); }
   bool defined() const noexcept { return dtype_ != DType::kUndefined; }
+  bool is_sequence() const noexcept { return dtype_ == DType::kSequence; }
+  bool is_none() const noexcept { return dtype_ == DType::kNone; }
+  // The tensors of a sequence value; throws Error (kInvalidArgument) for any other value.
+  const TensorSequence& sequence() const;
 
   void* raw_data() noexcept { return storage_ ? storage_->data() + offset_ : nullptr; }
   const void* raw_data() const noexcept { return storage_ ? storage_->data() + offset_ : nullptr; }
@@ -158,7 +170,7 @@ class Tensor {
 
   // The same bytes under another shape of equal element count.
   Tensor reshaped(Shape shape) const;
-  // A deep copy into a new heap buffer.
+  // A deep copy into a new heap buffer (of every element, for a sequence).
   Tensor clone() const;
   // Copies the elements of `source` (same dtype and element count) into this tensor.
   void copy_from(const Tensor& source);
@@ -185,6 +197,14 @@ class Tensor {
   Shape shape_;
   std::shared_ptr<Storage> storage_;
   size_t offset_ = 0;
+  std::shared_ptr<const TensorSequence> sequence_;  // dtype kSequence only
+};
+
+// The tensors of a sequence value. Immutable once made: the sequence ops make new
+// sequences, which share the tensors they keep.
+struct TensorSequence {
+  DType element_dtype = DType::kUndefined;
+  std::vector<Tensor> tensors;
 };
 
 template <typename T>

@@ -137,10 +137,21 @@ def _path(argument: str, value: Any) -> str:
 _NUMERIC_KINDS = frozenset("biuf")  # bool, int, uint, float (float16 included)
 
 
+_SEQUENCE = -1  # the engine's dtype code of a sequence of tensors
+
+
+def _type_name(entry: dict[str, Any]) -> str:
+    """onnxruntime's spelling of a value's type: "tensor(float)", "seq(tensor(int64))",
+    "optional(tensor(float))"."""
+    if entry["dtype"] == _SEQUENCE:
+        name = f"seq(tensor({_TYPE_NAMES.get(entry['element_dtype'], 'undefined')}))"
+    else:
+        name = f"tensor({_TYPE_NAMES.get(entry['dtype'], 'undefined')})"
+    return f"optional({name})" if entry["optional"] else name
+
+
 def _node_args(entries: Iterable[dict[str, Any]]) -> list[NodeArg]:
-    return [
-        NodeArg(e["name"], e["shape"], f"tensor({_TYPE_NAMES.get(e['dtype'], 'undefined')})") for e in entries
-    ]
+    return [NodeArg(e["name"], e["shape"], _type_name(e)) for e in entries]
 
 
 def _as_input_array(name: str, value: Any, expected_dtype: int | None) -> tuple[np.ndarray, int]:
@@ -214,6 +225,8 @@ class InferenceSession:
         self._inputs = _node_args(self._session.inputs())
         self._outputs = _node_args(self._session.outputs())
         self._input_dtypes = {e["name"]: e["dtype"] for e in self._session.inputs()}
+        self._sequence_inputs = {e["name"]: e["element_dtype"] for e in self._session.inputs() if e["dtype"] == _SEQUENCE}
+        self._optional_inputs = {e["name"] for e in self._session.inputs() if e["optional"]}
         self._output_dtypes = {e["name"]: e["dtype"] for e in self._session.outputs()}
 
     def get_inputs(self) -> list[NodeArg]:
@@ -241,7 +254,10 @@ class InferenceSession:
 
         ``input_feed`` maps input names to arrays (numpy, or anything ``numpy.asarray`` takes;
         bfloat16, float8, int4, uint4 and float4e2m1 as ml_dtypes arrays or their bits; outputs of
-        those types come back as ml_dtypes arrays). ``run_options`` is accepted
+        those types come back as ml_dtypes arrays). A sequence input (``seq(tensor(...))``)
+        takes a list of arrays and a sequence output comes back as one; an optional input
+        takes None for no value, and an optional output without one comes back as None.
+        ``run_options`` is accepted
         for onnxruntime's signature and must be None.
         """
         if run_options is not None:
@@ -259,13 +275,34 @@ class InferenceSession:
                     and value.flags.c_contiguous):
                 feeds[name] = value
                 continue
-            feeds[name], code = _as_input_array(name, value, self._input_dtypes.get(name))
+            if value is None and name in self._optional_inputs:
+                feeds[name] = None  # an optional without a value
+                continue
+            if name in self._sequence_inputs and isinstance(value, (list, tuple)):
+                feeds[name], code = self._sequence_feed(name, value)
+            else:
+                feeds[name], code = _as_input_array(name, value, self._input_dtypes.get(name))
             if code:
                 typed_inputs[name] = code
         results, typed_outputs = self._session.run(names, feeds, typed_inputs)
         for i, code in typed_outputs:
-            results[i] = _dtypes.from_bits(results[i], code)
+            if isinstance(results[i], list):
+                results[i] = [_dtypes.from_bits(r, code) for r in results[i]]
+            else:
+                results[i] = _dtypes.from_bits(results[i], code)
         return results
+
+    def _sequence_feed(self, name: str, value: Sequence[Any]) -> tuple[list[np.ndarray], int]:
+        """The arrays of a sequence input (a list or tuple), and the ONNX code of the bits they
+        hold (as _as_input_array), the same for every element."""
+        arrays, codes = [], set()
+        for k, element in enumerate(value):
+            array, code = _as_input_array(f"{name}[{k}]", element, self._sequence_inputs[name])
+            arrays.append(array)
+            codes.add(code)
+        if len(codes) > 1:
+            raise ValueError(f"input '{name}': the elements of a sequence must have one element type")
+        return arrays, codes.pop() if codes else 0
 
 
 def supported_ops() -> list[tuple[str, str, int, int]]:

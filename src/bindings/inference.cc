@@ -28,6 +28,8 @@ nb::dict metadata_dict(const ValueMetadata& m) {
   nb::dict d;
   d["name"] = m.name;
   d["dtype"] = static_cast<int>(m.dtype);
+  d["element_dtype"] = static_cast<int>(m.element_dtype);
+  d["optional"] = m.optional;
   if (m.has_shape) {
     nb::list shape;
     for (size_t i = 0; i < m.shape.size(); ++i) {
@@ -66,7 +68,7 @@ std::unique_ptr<InferenceSession> make_session(nb::object model, const SessionOp
 nb::tuple run_session(InferenceSession& session, const std::vector<std::string>& output_names, nb::dict feeds,
                       const TypedInputs& typed) {
   std::vector<HostArray> arrays;  // keeps the borrowed memory alive through the run
-  const NamedTensors tensors = borrow_feeds(feeds, arrays, typed);
+  const NamedTensors tensors = borrow_feeds(feeds, arrays, typed, &session.inputs());
   std::vector<Tensor> outputs;
   {
     nb::gil_scoped_release release;
@@ -75,8 +77,9 @@ nb::tuple run_session(InferenceSession& session, const std::vector<std::string>&
   nb::list result;
   nb::list typed_outputs;
   for (size_t i = 0; i < outputs.size(); ++i) {
-    if (numpy_lacks(outputs[i].dtype())) typed_outputs.append(nb::make_tuple(i, static_cast<int>(outputs[i].dtype())));
-    result.append(to_numpy(std::move(outputs[i])));
+    const DType dtype = outputs[i].is_sequence() ? outputs[i].sequence().element_dtype : outputs[i].dtype();
+    if (numpy_lacks(dtype)) typed_outputs.append(nb::make_tuple(i, static_cast<int>(dtype)));
+    result.append(to_python(std::move(outputs[i])));
   }
   return nb::make_tuple(result, typed_outputs);
 }

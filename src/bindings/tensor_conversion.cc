@@ -179,16 +179,50 @@ nb::object to_torch(Tensor tensor) {
   return nb::cast(array, nb::rv_policy::reference);
 }
 
-NamedTensors borrow_feeds(nb::dict feeds, std::vector<HostArray>& keep, const TypedInputs& typed) {
+nb::object to_python(Tensor value) {
+  if (value.is_none()) return nb::none();
+  if (!value.is_sequence()) return to_numpy(std::move(value));
+  nb::list elements;
+  for (const Tensor& t : value.sequence().tensors) elements.append(to_numpy(t));
+  return elements;
+}
+
+NamedTensors borrow_feeds(nb::dict feeds, std::vector<HostArray>& keep, const TypedInputs& typed,
+                          const std::vector<ValueMetadata>* declared) {
   NamedTensors tensors;
   for (auto [key, value] : feeds) {
     const std::string name = nb::cast<std::string>(key);
-    HostArray array = host_array(value, "input '" + name + "'");
-    const auto as = typed.find(name);
-    Tensor tensor = borrow_array(array, "input '" + name + "'",
-                                 as == typed.end() ? DType::kUndefined : dtype_from_onnx(as->second));
-    tensors.emplace_back(name, std::move(tensor));
-    keep.push_back(array);
+    const auto typed_entry = typed.find(name);
+    const DType as = typed_entry == typed.end() ? DType::kUndefined : dtype_from_onnx(typed_entry->second);
+    if (value.is_none()) {
+      tensors.emplace_back(name, Tensor::none());
+      continue;
+    }
+    if (!nb::isinstance<nb::list>(value) && !nb::isinstance<nb::tuple>(value)) {
+      HostArray array = host_array(value, "input '" + name + "'");
+      tensors.emplace_back(name, borrow_array(array, "input '" + name + "'", as));
+      keep.push_back(array);
+      continue;
+    }
+    std::vector<Tensor> elements;
+    size_t k = 0;
+    for (nb::handle element : value) {
+      const std::string what = "input '" + name + "', element " + std::to_string(k++);
+      HostArray array = host_array(element, what);
+      elements.push_back(borrow_array(array, what, as));
+      keep.push_back(array);
+    }
+    DType element_dtype = elements.empty() ? DType::kFloat32 : elements.front().dtype();
+    if (elements.empty() && declared) {
+      for (const ValueMetadata& m : *declared) {
+        if (m.name == name && m.element_dtype != DType::kUndefined) element_dtype = m.element_dtype;
+      }
+    }
+    try {
+      tensors.emplace_back(name, Tensor::sequence(element_dtype, std::move(elements)));
+    } catch (const Error& e) {
+      throw Error("input '" + name + "': " + e.what(), e.kind());
+    }
   }
   return tensors;
 }

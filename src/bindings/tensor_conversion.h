@@ -29,13 +29,17 @@ Tensor borrow_array(const HostArray& array, const std::string& what, DType as = 
 // A numpy array that owns `tensor` (no copy), or the bits of a type numpy lacks (see above;
 // the 4-bit types unpacked into a copy).
 nanobind::object to_numpy(Tensor tensor);
+// to_numpy for a tensor, a list of arrays for a sequence, None for an empty optional.
+nanobind::object to_python(Tensor value);
 // True when to_numpy hands out `dtype` as bits.
 bool numpy_lacks(DType dtype);
 // A torch.Tensor that owns `tensor` (no copy, by DLPack); bfloat16 stays bfloat16.
 nanobind::object to_torch(Tensor tensor);
 
 // The feeds of a dict {name: array}, borrowed (no copy): `keep` holds the arrays, and must
-// outlive the tensors.
-NamedTensors borrow_feeds(nanobind::dict feeds, std::vector<HostArray>& keep, const TypedInputs& typed = {});
+// outlive the tensors. A list or tuple of arrays is a sequence (of the element type
+// `declared` gives when it is empty; float without), None an optional without a value.
+NamedTensors borrow_feeds(nanobind::dict feeds, std::vector<HostArray>& keep, const TypedInputs& typed = {},
+                          const std::vector<ValueMetadata>* declared = nullptr);
 
 }  // namespace onnxtrain::bindings

@@ -85,6 +85,10 @@ std::string_view dtype_name(DType dtype) noexcept {
       return "float4e2m1";
     case DType::kFloat8E8M0:
       return "float8e8m0";
+    case DType::kSequence:
+      return "sequence";
+    case DType::kNone:
+      return "none";
     default:
       return "undefined";
   }

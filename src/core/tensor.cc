@@ -197,7 +197,47 @@ Tensor Tensor::reshaped(Shape shape) const {
   return Tensor(dtype_, std::move(shape), storage_, offset_);
 }
 
+Tensor Tensor::sequence(DType element_dtype, std::vector<Tensor> tensors) {
+  if (!is_supported(element_dtype)) {
+    throw Error("a sequence of " + std::string(dtype_name(element_dtype)) + " tensors: not an element type",
+                ErrorKind::kInvalidArgument);
+  }
+  for (Tensor& t : tensors) {
+    if (t.dtype() != element_dtype) {
+      throw Error("a sequence of " + std::string(dtype_name(element_dtype)) +
+                      " tensors cannot hold an element of type " + std::string(dtype_name(t.dtype())),
+                  ErrorKind::kInvalidArgument);
+    }
+    if (t.storage() && t.storage()->origin() == StorageOrigin::kArena) t = t.clone();
+  }
+  Tensor value;
+  value.dtype_ = DType::kSequence;
+  value.sequence_ = std::make_shared<const TensorSequence>(TensorSequence{element_dtype, std::move(tensors)});
+  return value;
+}
+
+Tensor Tensor::none() {
+  Tensor value;
+  value.dtype_ = DType::kNone;
+  return value;
+}
+
+const TensorSequence& Tensor::sequence() const {
+  if (!is_sequence()) {
+    throw Error("expected a sequence, got a " + std::string(dtype_name(dtype_)) + " value",
+                ErrorKind::kInvalidArgument);
+  }
+  return *sequence_;
+}
+
 Tensor Tensor::clone() const {
+  if (is_none()) return none();
+  if (is_sequence()) {
+    std::vector<Tensor> copies;
+    copies.reserve(sequence_->tensors.size());
+    for (const Tensor& t : sequence_->tensors) copies.push_back(t.clone());
+    return sequence(sequence_->element_dtype, std::move(copies));
+  }
   Tensor copy = empty(dtype_, shape_);
   if (nbytes()) std::memcpy(copy.raw_data(), raw_data(), nbytes());
   return copy;

@@ -97,6 +97,11 @@ struct ValueInfo {
   std::string doc_string;
   // The serialized onnx.TypeProto when it is not a tensor type (sequence, map, optional).
   std::string opaque_type_proto;
+  // Of those, what the runtime holds: seq(tensor) has dtype kSequence and its tensors'
+  // element_dtype; optional(T) is T with `optional` set. Other types (maps, sequences of
+  // sequences) keep dtype kUndefined.
+  DType element_dtype = DType::kUndefined;
+  bool optional = false;
 };
 
 struct Graph {

@@ -204,6 +204,7 @@ struct Reader {
     if (!proto.has_type()) return info;
     if (!proto.type().has_tensor_type()) {
       info.opaque_type_proto = proto.type().SerializeAsString();
+      describe_container(proto.type(), info);
       return info;
     }
     const auto& tensor_type = proto.type().tensor_type();
@@ -219,6 +220,24 @@ struct Reader {
       info.shape = std::move(dims);
     }
     return info;
+  }
+
+  // seq(tensor), optional(tensor) and optional(seq(tensor)): the kinds of value the runtime
+  // holds besides tensors (a tensor's shape is not kept: it varies between elements).
+  static void describe_container(const onnx::TypeProto& type, ValueInfo& info) {
+    const onnx::TypeProto* inner = &type;
+    if (inner->has_optional_type()) {
+      info.optional = true;
+      inner = &inner->optional_type().elem_type();
+    }
+    if (inner->has_tensor_type() && info.optional) {
+      info.dtype = dtype_from_onnx(inner->tensor_type().elem_type());
+    } else if (inner->has_sequence_type() && inner->sequence_type().elem_type().has_tensor_type()) {
+      info.dtype = DType::kSequence;
+      info.element_dtype = dtype_from_onnx(inner->sequence_type().elem_type().tensor_type().elem_type());
+    } else {
+      info.optional = false;  // a map, a sparse tensor, a sequence of sequences: not held
+    }
   }
 
   Attribute attribute(const onnx::AttributeProto& proto) const {

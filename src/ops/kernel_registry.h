@@ -32,6 +32,9 @@ struct KernelConstraints {
   // Takes inputs of the packed 4-bit types (dtype.h: is_packed). The executor refuses them
   // to every other kernel, whose loops assume a byte or more per element.
   bool packed_types = false;
+  // Takes sequences and empty optionals (dtype.h: is_container), which the executor refuses
+  // to every other kernel.
+  bool containers = false;
 };
 
 struct KernelDef {

@@ -24,11 +24,18 @@ namespace onnxtrain::runtime {
 namespace {
 
 ValueMetadata metadata_of(const ir::ValueInfo& info) {
-  return ir::metadata_of(info.name, {info.dtype, info.shape});
+  ValueMetadata metadata = ir::metadata_of(info.name, {info.dtype, info.shape});
+  metadata.element_dtype = info.element_dtype;
+  metadata.optional = info.optional;
+  return metadata;
 }
 
 std::string describe_type(const ir::ValueInfo& info) {
-  std::string text(dtype_name(info.dtype));
+  if (info.dtype == DType::kSequence) {
+    return std::string(info.optional ? "optional " : "") + "sequence of " +
+           std::string(dtype_name(info.element_dtype)) + " tensors";
+  }
+  std::string text = (info.optional ? "optional " : "") + std::string(dtype_name(info.dtype));
   if (!info.shape) return text;
   text += "[";
   for (size_t i = 0; i < info.shape->size(); ++i) {
@@ -39,6 +46,8 @@ std::string describe_type(const ir::ValueInfo& info) {
 }
 
 std::string describe_tensor(const Tensor& t) {
+  if (t.is_sequence()) return "a sequence of " + std::string(dtype_name(t.sequence().element_dtype)) + " tensors";
+  if (t.is_none()) return "an optional without a value";
   return std::string(dtype_name(t.dtype())) + shape_string(t.shape());
 }
 
@@ -216,13 +225,16 @@ Executor::Executor(ir::Model model, SessionOptions options)
   for (const auto& [name, tensor] : graph.initializers) initializer_names.insert(name);
   for (const auto& v : graph.inputs) {
     const bool has_default = initializer_names.contains(v.name);
-    graph_inputs_.push_back({value_id(v.name), &v, !has_default});
+    graph_inputs_.push_back({value_id(v.name), &v, !has_default && !v.optional});
     if (!has_default) input_metadata_.push_back(metadata_of(v));
-    if (!v.opaque_type_proto.empty()) {
-      throw Error("graph input '" + v.name + "' is not a tensor; onnxtrain runs tensor inputs only",
+    if (!v.opaque_type_proto.empty() && v.dtype == DType::kUndefined) {
+      throw Error("graph input '" + v.name +
+                      "' is neither a tensor, a sequence of tensors nor an optional of one; onnxtrain runs those only",
                   ErrorKind::kNotImplemented);
     }
   }
+  optional_input_.assign(value_names_.size(), false);
+  for (const auto& v : graph.inputs) optional_input_[static_cast<size_t>(value_id(v.name))] = v.optional;
   is_graph_output_.assign(value_names_.size(), false);
   // What the model does not declare of its outputs, inference may know.
   const bool undeclared = std::any_of(graph.outputs.begin(), graph.outputs.end(),
@@ -262,6 +274,14 @@ size_t Executor::graph_input_index(const std::string& name) const {
 
 void Executor::check_feed(const GraphInput& input, const Tensor& tensor) {
   const ir::ValueInfo& info = *input.info;
+  if (info.optional && tensor.is_none()) return;
+  if (tensor.is_sequence() && info.dtype == DType::kSequence) {
+    const DType element = tensor.sequence().element_dtype;
+    if (info.element_dtype == DType::kUndefined || element == info.element_dtype) return;
+    throw Error("input '" + info.name + "': got a sequence of " + std::string(dtype_name(element)) +
+                    " tensors, expected a sequence of " + std::string(dtype_name(info.element_dtype)) + " tensors",
+                ErrorKind::kInvalidArgument);
+  }
   if (info.dtype != DType::kUndefined && tensor.dtype() != info.dtype) {
     throw Error("input '" + info.name + "': got " + describe_tensor(tensor) + ", expected " + describe_type(info),
                 ErrorKind::kInvalidArgument);
@@ -372,6 +392,19 @@ std::vector<Tensor> Executor::run(const Binding& binding, const NamedTensors& fe
   return run_program(*binding.program, destinations);
 }
 
+void Executor::bind_frame(Frame& frame, const std::vector<Tensor>* held) const {
+  for (size_t v = 0; v < bound_.size(); ++v) {
+    if (held && (*held)[v].defined())
+      frame.bind(static_cast<int>(v), &(*held)[v]);
+    else if (bound_[v])
+      frame.bind(static_cast<int>(v), bound_[v]);
+    else if (constants_[v].defined())
+      frame.bind(static_cast<int>(v), &constants_[v]);
+    else if (optional_input_[v])
+      frame.bind(static_cast<int>(v), &none_);  // an optional input not fed has no value
+  }
+}
+
 void Executor::sign(const Program& program) {
   // The plan key: the program, then each feed's dtype and shape (-1 for an absent feed).
   signature_.assign(1, static_cast<int64_t>(program.id));
@@ -421,9 +454,17 @@ void Executor::return_arena(const std::vector<int64_t>& signature, BufferArena& 
   }
 }
 
-void Executor::refuse_packed_inputs(const Step& step, std::span<const Tensor* const> inputs) const {
+void Executor::refuse_unexpected_inputs(const Step& step, std::span<const Tensor* const> inputs) const {
   for (size_t k = 0; k < inputs.size(); ++k) {
-    if (inputs[k] == nullptr || !is_packed(inputs[k]->dtype())) continue;
+    if (inputs[k] == nullptr) continue;
+    const DType dtype = inputs[k]->dtype();
+    if (!step.containers && is_container(dtype)) {
+      throw Error(step.node->describe() + ": input '" + value_names_[static_cast<size_t>(step.inputs[k])] + "' is " +
+                      (dtype == DType::kSequence ? "a sequence" : "an optional without a value") +
+                      ", which this op does not take (it takes tensors)",
+                  ErrorKind::kInvalidModel);
+    }
+    if (step.packed_types || !is_packed(dtype)) continue;
     throw Error(step.node->describe() + ": input '" + value_names_[static_cast<size_t>(step.inputs[k])] + "' is " +
                     std::string(dtype_name(inputs[k]->dtype())) +
                     ", a 4-bit type packed two per byte, which this op does not take (the ops that do: Cast, "
@@ -458,7 +499,7 @@ void Executor::run_steps(const Program& program, size_t begin, size_t end, Frame
                     ErrorKind::kInvalidModel);
       }
     }
-    if (!step.packed_types) refuse_packed_inputs(step, inputs);
+    if (!step.packed_types || !step.containers) refuse_unexpected_inputs(step, inputs);
     outputs.assign(step.outputs.size(), Tensor());
     frame.enter(step, i);
     frame.set_release_list(&program.release_after[i]);
@@ -516,12 +557,7 @@ std::vector<Tensor> Executor::run_program(const Program& program, const std::vec
       });
       frame.set_destination(program.outputs()[i], &destinations[i], aliases_feed);
     }
-    for (size_t v = 0; v < bound_.size(); ++v) {
-      if (bound_[v])
-        frame.bind(static_cast<int>(v), bound_[v]);
-      else if (constants_[v].defined())
-        frame.bind(static_cast<int>(v), &constants_[v]);
-    }
+    bind_frame(frame, nullptr);
     try {
       run_steps(program, 0, program.steps.size(), frame, threads);
       for (size_t i = 0; i < program.outputs().size(); ++i) {
@@ -596,14 +632,7 @@ std::vector<Tensor> Executor::run_stage(RunState& state, const NamedTensors& fee
 
   std::vector<Tensor> results;
   Frame frame(*this, frame_state_, state.held_, state.arena_);
-  for (size_t v = 0; v < bound_.size(); ++v) {
-    if (state.held_[v].defined())
-      frame.bind(static_cast<int>(v), &state.held_[v]);
-    else if (bound_[v])
-      frame.bind(static_cast<int>(v), bound_[v]);
-    else if (constants_[v].defined())
-      frame.bind(static_cast<int>(v), &constants_[v]);
-  }
+  bind_frame(frame, &state.held_);
   try {
     run_steps(program, begin, end, frame, threads);
     // A later stage may read an output too: the caller and the state then share it.

@@ -90,6 +90,7 @@ class Executor {
     std::vector<int> inputs;    // value ids, -1 for an omitted optional input
     std::vector<int> outputs;   // value ids, -1 for an omitted optional output
     bool packed_types = false;  // the kernel takes packed 4-bit inputs (KernelConstraints)
+    bool containers = false;    // the kernel takes sequences and empty optionals (KernelConstraints)
   };
   struct GraphInput {
     int value = -1;
@@ -131,9 +132,13 @@ class Executor {
   void check_feeds(const Program& program, size_t stage, const std::vector<bool>& fed_before);
   void check_feed(const GraphInput& input, const Tensor& tensor);
   void sign(const Program& program);  // signature_ from the bound feeds
+  // Puts in the frame what a run reads without computing it: what an earlier stage `held`,
+  // the bound feeds, the constants, and none for an optional input not fed.
+  void bind_frame(Frame& frame, const std::vector<Tensor>* held) const;
   std::vector<Tensor> run_program(const Program& program, const std::vector<Tensor>& destinations);
-  // Throws when a packed 4-bit input reaches a kernel that does not declare it takes them.
-  void refuse_packed_inputs(const Step& step, std::span<const Tensor* const> inputs) const;
+  // Throws when a packed 4-bit input, a sequence or an empty optional reaches a kernel that
+  // does not declare it takes them.
+  void refuse_unexpected_inputs(const Step& step, std::span<const Tensor* const> inputs) const;
   // Runs program.steps[begin, end) on the frame's values.
   void run_steps(const Program& program, size_t begin, size_t end, Frame& frame, int threads);
   // The arena for a run with signature_: served from its plan, or recording one.
@@ -150,6 +155,8 @@ class Executor {
   std::unordered_map<std::string, int> value_ids_;
   std::vector<Tensor> constants_;  // per value id; undefined unless an initializer
   std::vector<bool> is_graph_output_;
+  std::vector<bool> optional_input_;  // per value id: an input of optional type
+  const Tensor none_ = Tensor::none();
   std::vector<GraphInput> graph_inputs_;
   std::vector<Step> steps_;
   std::vector<ValueMetadata> input_metadata_;

@@ -103,6 +103,7 @@ void Executor::create_steps() {
     info.set_subgraph_compiler([this, implicit](const ir::Graph& body) { return compile_subgraph(body, implicit); });
     step.kernel = def->create(info);
     step.packed_types = def->constraints.packed_types;
+    step.containers = def->constraints.containers;
     steps_.push_back(std::move(step));
   }
   if (!missing.empty()) {

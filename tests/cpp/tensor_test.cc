@@ -78,6 +78,31 @@ TEST(Tensor, ReshapeSharesStorageAndChecksSize) {
   EXPECT_THROW(t.dim(2), Error);
 }
 
+TEST(Tensor, SequencesShareHeapTensorsAndCopyArenaViews) {
+  Tensor heap = Tensor::from_vector<float>({2}, {1, 2});
+  auto arena_block = Storage::allocate(64);
+  Tensor in_arena(DType::kFloat32, {2},
+                  std::make_shared<Storage>(arena_block->data(), 64, StorageOrigin::kArena, [arena_block] {}));
+  in_arena.copy_from(heap);
+  Tensor s = Tensor::sequence(DType::kFloat32, {heap, in_arena});
+  EXPECT_TRUE(s.is_sequence());
+  EXPECT_EQ(s.dtype(), DType::kSequence);
+  EXPECT_EQ(s.nbytes(), 0u);
+  const TensorSequence& elements = s.sequence();
+  ASSERT_EQ(elements.tensors.size(), 2u);
+  EXPECT_EQ(elements.tensors[0].raw_data(), heap.raw_data());      // shared
+  EXPECT_NE(elements.tensors[1].raw_data(), in_arena.raw_data());  // copied out of the arena
+  EXPECT_EQ(elements.tensors[1].values<float>()[1], 2.f);
+  Tensor copy = s.clone();
+  EXPECT_NE(copy.sequence().tensors[0].raw_data(), heap.raw_data());
+  EXPECT_THROW(Tensor::sequence(DType::kInt64, {heap}), Error);  // another element type
+  EXPECT_THROW(heap.sequence(), Error);                          // not a sequence
+  EXPECT_THROW(s.reshaped({1}), Error);
+  EXPECT_TRUE(Tensor::none().is_none());
+  EXPECT_TRUE(is_container(Tensor::none().dtype()));
+  EXPECT_EQ(dtype_name(DType::kSequence), "sequence");
+}
+
 TEST(Storage, LargeBlocksAreReusedAfterTheirRelease) {
   constexpr size_t kLarge = size_t{3} << 20;
   const void* first = nullptr;

@@ -301,15 +301,35 @@ def applicability(name: str, kernels: KernelTable) -> Applicability:
     return Applicability(tuple(reasons), tuple(missing))
 
 
+def held_type(value_type: onnx.TypeProto) -> bool:
+    """True for the types the engine holds: tensors, sequences of tensors, optionals of either."""
+    kind = value_type.WhichOneof("value")
+    if kind == "optional_type":
+        value_type = value_type.optional_type.elem_type
+        kind = value_type.WhichOneof("value")
+    if kind == "sequence_type":
+        return value_type.sequence_type.elem_type.WhichOneof("value") == "tensor_type"
+    return kind == "tensor_type"
+
+
 def non_tensor_values(graph: onnx.GraphProto) -> list[str]:
-    """Graph inputs and outputs that are sequences, optionals or maps."""
+    """Graph inputs and outputs that the engine does not hold (maps, sequences of sequences)."""
     found = []
     for role, values in (("input", graph.input), ("output", graph.output)):
         for value in values:
-            kind = value.type.WhichOneof("value")
-            if kind != "tensor_type":
+            if not held_type(value.type):
+                kind = value.type.WhichOneof("value")
                 found.append(f"{role} '{value.name}' is {str(kind).removesuffix('_type')}")
     return found
+
+
+def container_values(graph: onnx.GraphProto) -> list[str]:
+    """Graph inputs and outputs that are sequences or optionals."""
+    return [
+        value.name
+        for value in [*graph.input, *graph.output]
+        if value.type.WhichOneof("value") in ("sequence_type", "optional_type")
+    ]
 
 
 def element_type_names(model: onnx.ModelProto) -> set[str]:
@@ -414,7 +434,14 @@ def _collect_missing(
 # --- running and comparing ----------------------------------------------------------
 
 
-def read_tensor(path: Path) -> Array:
+def read_tensor(path: Path, value_type: onnx.TypeProto | None = None) -> Any:
+    """A data file: a TensorProto as an array; for a sequence a SequenceProto as a list of
+    arrays, for an optional an OptionalProto as its value or None."""
+    kind = value_type.WhichOneof("value") if value_type is not None else "tensor_type"
+    if kind in ("sequence_type", "optional_type"):
+        proto = onnx.SequenceProto() if kind == "sequence_type" else onnx.OptionalProto()
+        proto.ParseFromString(path.read_bytes())
+        return numpy_helper.to_list(proto) if kind == "sequence_type" else numpy_helper.to_optional(proto)
     tensor = onnx.TensorProto()
     tensor.ParseFromString(path.read_bytes())
     return numpy_helper.to_array(tensor)
@@ -427,15 +454,18 @@ def load_data_sets(name: str) -> list[tuple[str, dict[str, Array], list[Array]]]
     graph = load_model(name).graph
     data_sets = []
     for directory in sorted((NODE_DIR / name).glob("test_data_set_*")):
-        inputs = numbered_tensors(directory, "input")
+        inputs = numbered_tensors(directory, "input", graph.input)
         feeds = {graph.input[i].name: tensor for i, tensor in enumerate(inputs)}
-        data_sets.append((directory.name, feeds, numbered_tensors(directory, "output")))
+        data_sets.append((directory.name, feeds, numbered_tensors(directory, "output", graph.output)))
     return data_sets
 
 
-def numbered_tensors(directory: Path, prefix: str) -> list[Array]:
+def numbered_tensors(directory: Path, prefix: str, values: Sequence[onnx.ValueInfoProto]) -> list[Any]:
     count = len(list(directory.glob(f"{prefix}_*.pb")))
-    return [read_tensor(directory / f"{prefix}_{i}.pb") for i in range(count)]
+    return [
+        read_tensor(directory / f"{prefix}_{i}.pb", values[i].type if i < len(values) else None)
+        for i in range(count)
+    ]
 
 
 def describe_error(error: BaseException) -> str:
@@ -484,8 +514,21 @@ def compare_outputs(
     return None
 
 
-def compare_tensor(expected: Array, actual: Any, rtol: float, atol: float) -> str | None:
-    """Dtype and shape must match; floats within tolerance, others exactly."""
+def compare_tensor(expected: Any, actual: Any, rtol: float, atol: float) -> str | None:
+    """Dtype and shape must match; floats within tolerance, others exactly. A sequence (a
+    list) matches element by element; an optional without a value is None."""
+    if expected is None:
+        return None if actual is None else f"got a {type(actual).__name__}, expected None (no value)"
+    if isinstance(expected, list):
+        if not isinstance(actual, list):
+            return f"got a {type(actual).__name__}, expected a list of {len(expected)} arrays"
+        if len(actual) != len(expected):
+            return f"a sequence of {len(actual)} tensors, expected {len(expected)}"
+        for k, (want, got) in enumerate(zip(expected, actual)):
+            problem = compare_tensor(want, got, rtol, atol)
+            if problem:
+                return f"element {k}: {problem}"
+        return None
     if not isinstance(actual, np.ndarray):
         return f"got a {type(actual).__name__}, expected a numpy array"
     if actual.dtype != expected.dtype:

@@ -377,10 +377,13 @@ class Scan8Kernel final : public OpKernel {
   std::vector<int64_t> directions_;
 };
 
-const KernelRegistration kIf{"", "If", 1, kLatestOpset,
-                             [](const KernelInfo& info) { return std::make_unique<IfKernel>(info); }};
-const KernelRegistration kLoop{"", "Loop", 1, kLatestOpset,
-                               [](const KernelInfo& info) { return std::make_unique<LoopKernel>(info); }};
+// If's branches and Loop's carried values may be sequences and optionals (Scan's are tensors).
+const KernelRegistration kIf{"", "If", 1, kLatestOpset, {.containers = true}, [](const KernelInfo& info) {
+                               return std::make_unique<IfKernel>(info);
+                             }};
+const KernelRegistration kLoop{"", "Loop", 1, kLatestOpset, {.containers = true}, [](const KernelInfo& info) {
+                                 return std::make_unique<LoopKernel>(info);
+                               }};
 const KernelRegistration kScan8{"", "Scan", 8, 8,
                                 [](const KernelInfo& info) { return std::make_unique<Scan8Kernel>(info); }};
 const KernelRegistration kScan{"", "Scan", 9, kLatestOpset,

@@ -37,46 +37,11 @@ const KernelRegistration kConcat{
         const auto rank = static_cast<int64_t>(first.rank());
         if (rank == 0) ctx.fail("cannot concatenate scalars (input 0 has rank 0)");
         const auto axis = static_cast<size_t>(normalize_axis(ctx, axis_attribute, rank));
-        Shape out_shape = first.shape();
-        out_shape[axis] = 0;
-        for (size_t k = 0; k < ctx.input_count(); ++k) {
-          const Tensor& t = ctx.input(k);
-          if (t.dtype() != first.dtype()) {
-            ctx.fail("input " + std::to_string(k) + " is " + std::string(dtype_name(t.dtype())) + ", expected " +
-                     std::string(dtype_name(first.dtype())) + " like input 0");
-          }
-          bool matches = t.rank() == first.rank();
-          for (size_t d = 0; matches && d < t.rank(); ++d) matches = d == axis || t.shape()[d] == first.shape()[d];
-          if (!matches) {
-            ctx.fail("input " + std::to_string(k) + " has shape " + shape_string(t.shape()) +
-                     ", incompatible with input 0 " + shape_string(first.shape()) + " for concatenation on axis " +
-                     std::to_string(axis));
-          }
-          out_shape[axis] += t.shape()[axis];
-        }
-        Tensor& out = ctx.allocate_output(0, first.dtype(), out_shape);
-        const size_t esize = dtype_size(first.dtype());
-        const int64_t outer = shape_size(std::span(out_shape).first(axis));
-        const int64_t inner = shape_size(std::span(out_shape).subspan(axis + 1));
-        const size_t n = ctx.input_count();
-        std::vector<size_t> chunk(n), start(n);  // bytes per outer index, and offset in the output row
-        size_t row = 0;
-        for (size_t k = 0; k < n; ++k) {
-          chunk[k] = static_cast<size_t>(ctx.input(k).shape()[axis] * inner) * esize;
-          start[k] = row;
-          row += chunk[k];
-        }
-        auto* dst = static_cast<std::byte*>(out.raw_data());
-        const int64_t grain = std::max<int64_t>(1, 65536 / static_cast<int64_t>(std::max<size_t>(1, row / n)));
-        parallel_for(outer * static_cast<int64_t>(n), grain, [&](int64_t begin, int64_t end) {
-          for (int64_t w = begin; w < end; ++w) {
-            const auto o = static_cast<size_t>(w / static_cast<int64_t>(n));
-            const auto k = static_cast<size_t>(w % static_cast<int64_t>(n));
-            if (chunk[k] == 0) continue;
-            const auto* src = static_cast<const std::byte*>(ctx.input(k).raw_data());
-            std::memcpy(dst + o * row + start[k], src + o * chunk[k], chunk[k]);
-          }
-        });
+        std::vector<const Tensor*> parts(ctx.input_count());
+        for (size_t k = 0; k < parts.size(); ++k) parts[k] = &ctx.input(k);
+        Tensor& out =
+            ctx.allocate_output(0, first.dtype(), data_movement::concatenated_shape(ctx, parts, axis, "input"));
+        data_movement::concatenate(parts, axis, out);
       });
     }};
 

@@ -177,6 +177,56 @@ void copy_strided(void* dst, const void* src, const StridedView& view, size_t el
   });
 }
 
+Shape concatenated_shape(const KernelContext& ctx, std::span<const Tensor* const> parts, size_t axis,
+                         std::string_view noun) {
+  const Tensor& first = *parts.front();
+  Shape out_shape = first.shape();
+  out_shape[axis] = 0;
+  for (size_t k = 0; k < parts.size(); ++k) {
+    const Tensor& t = *parts[k];
+    const std::string name = std::string(noun) + " " + std::to_string(k);
+    if (t.dtype() != first.dtype()) {
+      ctx.fail(name + " is " + std::string(dtype_name(t.dtype())) + ", expected " +
+               std::string(dtype_name(first.dtype())) + " like " + std::string(noun) + " 0");
+    }
+    bool matches = t.rank() == first.rank();
+    for (size_t d = 0; matches && d < t.rank(); ++d) matches = d == axis || t.shape()[d] == first.shape()[d];
+    if (!matches) {
+      ctx.fail(name + " has shape " + shape_string(t.shape()) + ", incompatible with " + std::string(noun) + " 0 " +
+               shape_string(first.shape()) + " for concatenation on axis " + std::to_string(axis));
+    }
+    out_shape[axis] += t.shape()[axis];
+  }
+  return out_shape;
+}
+
+void concatenate(std::span<const Tensor* const> parts, size_t axis, Tensor& out) {
+  const Shape& out_shape = out.shape();
+  const size_t esize = dtype_size(out.dtype());
+  const int64_t outer = shape_size(std::span(out_shape).first(axis));
+  const int64_t inner = shape_size(std::span(out_shape).subspan(axis + 1));
+  const size_t n = parts.size();
+  if (n == 0) return;
+  std::vector<size_t> chunk(n), start(n);  // bytes per outer index, and offset in the output row
+  size_t row = 0;
+  for (size_t k = 0; k < n; ++k) {
+    chunk[k] = static_cast<size_t>(parts[k]->shape()[axis] * inner) * esize;
+    start[k] = row;
+    row += chunk[k];
+  }
+  auto* dst = static_cast<std::byte*>(out.raw_data());
+  const int64_t grain = std::max<int64_t>(1, 65536 / static_cast<int64_t>(std::max<size_t>(1, row / n)));
+  parallel_for(outer * static_cast<int64_t>(n), grain, [&](int64_t begin, int64_t end) {
+    for (int64_t w = begin; w < end; ++w) {
+      const auto o = static_cast<size_t>(w / static_cast<int64_t>(n));
+      const auto k = static_cast<size_t>(w % static_cast<int64_t>(n));
+      if (chunk[k] == 0) continue;
+      const auto* src = static_cast<const std::byte*>(parts[k]->raw_data());
+      std::memcpy(dst + o * row + start[k], src + o * chunk[k], chunk[k]);
+    }
+  });
+}
+
 // Output `i` is `view` of `input`: the input's own bytes when the view is contiguous,
 // otherwise a copy.
 void output_strided(KernelContext& ctx, size_t i, const Tensor& input, Shape out_shape, const StridedView& view) {

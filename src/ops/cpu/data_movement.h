@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,6 +43,13 @@ struct StridedView {
 StridedView collapse(const StridedView& view);
 // Copies a strided view of `src` into the contiguous `dst`.
 void copy_strided(void* dst, const void* src, const StridedView& view, size_t element_size);
+// The shape of `parts` concatenated along `axis`; fails naming the `noun` ("input 2")
+// whose element type or other dimensions differ from the first's.
+Shape concatenated_shape(const KernelContext& ctx, std::span<const Tensor* const> parts, size_t axis,
+                         std::string_view noun);
+// Writes `parts` one after another along `axis` into `out`, whose shape is theirs with that
+// axis summed (the caller checks the shapes).
+void concatenate(std::span<const Tensor* const> parts, size_t axis, Tensor& out);
 // Output `i` is `view` of `input`: the input's own bytes when the view is contiguous,
 // otherwise a copy.
 void output_strided(KernelContext& ctx, size_t i, const Tensor& input, Shape out_shape, const StridedView& view);

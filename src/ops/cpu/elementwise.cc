@@ -529,10 +529,11 @@ const KernelRegistration kIsInf{
       });
     }};
 
-// Output 0 is input 0 itself: no copy.
-const KernelRegistration kIdentity{"", "Identity", 1, kLatestOpset, {.packed_types = true}, [](const KernelInfo&) {
-                                     return make_kernel([](KernelContext& ctx) { ctx.set_output(0, ctx.input(0)); });
-                                   }};
+// Output 0 is input 0 itself (a tensor, a sequence or an optional): no copy.
+const KernelRegistration kIdentity{
+    "", "Identity", 1, kLatestOpset, {.packed_types = true, .containers = true}, [](const KernelInfo&) {
+      return make_kernel([](KernelContext& ctx) { ctx.set_output(0, ctx.input(0)); });
+    }};
 
 // ---- Clip ----
 
