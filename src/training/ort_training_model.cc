@@ -213,25 +213,6 @@ int64_t int_attribute(const ir::Node& node, const char* name, int64_t fallback) 
   return a != nullptr && a->type == ir::AttributeType::kInt ? a->i : fallback;
 }
 
-// ORT's AdamWOptimizer kernel in adam_mode 0, in float, in its order of operations (mode 1
-// is org.onnxtrain::AdamWStep's adam_mode 1: adamw_huggingface_update).
-template <typename T>
-void adamw_torch_update(const OrtOptimizerRule& r, float lr, int64_t step, T* w, const T* g, T* m, T* v, int64_t n) {
-  float alpha_correction = 1.f, beta_correction = 1.f;
-  if (r.correct_bias == 1) {
-    alpha_correction = 1.f - static_cast<float>(std::pow(r.alpha, step));
-    beta_correction = 1.f - static_cast<float>(std::pow(r.beta, step));
-  }
-  const T alpha = r.alpha, beta = r.beta, eps = r.epsilon, wd = r.weight_decay;
-  for (int64_t i = 0; i < n; ++i) {
-    w[i] = w[i] - w[i] * T(lr) * wd;
-    m[i] = alpha * m[i] + (T(1) - alpha) * g[i];
-    v[i] = beta * v[i] + (T(1) - beta) * g[i] * g[i];
-    const T denom = std::sqrt(v[i] / T(beta_correction)) + eps;
-    w[i] = w[i] - (T(lr) * m[i]) / (T(alpha_correction) * denom);
-  }
-}
-
 }  // namespace
 
 bool is_ort_training_model(const ir::Model& model) {
@@ -313,12 +294,12 @@ void ort_optimizer_step(const OrtOptimizerRule& rule, float learning_rate, int64
       for (int64_t i = 0; i < w.numel(); ++i) p[i] = p[i] - T(learning_rate) * d[i];
       return;
     }
+    const AdamWHyperparameters h{rule.alpha, rule.beta, rule.epsilon, rule.weight_decay, rule.correct_bias == 1};
     if (rule.adam_mode == 0) {
-      adamw_torch_update<T>(rule, learning_rate, step, w.data<T>(), g.data<T>(), moments[0]->data<T>(),
-                            moments[1]->data<T>(), w.numel());
+      adamw_ort_torch_update(h, learning_rate, step, w.dtype(), w.raw_data(), g.raw_data(), moments[0]->raw_data(),
+                             moments[1]->raw_data(), w.numel());
       return;
     }
-    const AdamWHyperparameters h{rule.alpha, rule.beta, rule.epsilon, rule.weight_decay, rule.correct_bias == 1};
     adamw_huggingface_update(h, DType::kFloat32, learning_rate, step, w.dtype(), w.raw_data(), g.raw_data(),
                              moments[0]->raw_data(), moments[1]->raw_data(), w.raw_data(), moments[0]->raw_data(),
                              moments[1]->raw_data(), w.numel());

@@ -35,4 +35,10 @@ void adamw_huggingface_update(const AdamWHyperparameters& h, DType scalar_type, 
                               const void* p, const void* g, const void* m, const void* v, void* p1, void* m1, void* v1,
                               int64_t n);
 
+// onnxruntime-training's AdamWOptimizer in adam_mode 0 (torch's rule, computed in float in
+// ORT's order: decay first, then the moments, then the step; bc_i = 1 - beta_i^step when
+// bias_correction), over n elements of float or double updated in place.
+void adamw_ort_torch_update(const AdamWHyperparameters& h, float lr, int64_t step, DType dtype, void* p, const void* g,
+                            void* m, void* v, int64_t n);
+
 }  // namespace onnxtrain

@@ -324,7 +324,141 @@ const KernelRegistration kMicrosoftZeroGradient{"com.microsoft", "ZeroGradient",
                                                   });
                                                 }};
 
+// ---- com.microsoft's AdamWOptimizer and SGDOptimizerV2: ORT's optimizer models ----
+// AdamWOptimizer (lr, step, params, gradients, m1, m2, update_signal?)
+//   => (updated_flag, params?, m1?, m2?)
+// SGDOptimizerV2 (lr, params, gradients, momentums?, update_signal?)
+//   => (update_completed, params?, momentums?)
+// Over sequences of tensors. As ORT's kernels do, they update the tensors of the input
+// sequences in place (ORT's training API, and a caller feeding arrays, see them change);
+// the optional sequence outputs are those sequences. An update_signal of false skips the
+// update (flag false).
+
+// The tensors of sequence input `i`, checked against the parameters' count, types and shapes.
+const std::vector<Tensor>& sequence_like(KernelContext& ctx, size_t i, const char* what,
+                                         const std::vector<Tensor>* params) {
+  const Tensor& value = ctx.input(i);
+  if (!value.is_sequence()) ctx.fail(std::string(what) + " must be a sequence of tensors");
+  const std::vector<Tensor>& tensors = value.sequence().tensors;
+  if (params == nullptr) return tensors;
+  if (tensors.size() != params->size()) {
+    ctx.fail(std::string(what) + " holds " + std::to_string(tensors.size()) + " tensors for " +
+             std::to_string(params->size()) + " parameters");
+  }
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const Tensor& t = tensors[k];
+    const Tensor& p = (*params)[k];
+    if (t.dtype() != p.dtype() || t.shape() != p.shape()) {
+      ctx.fail(std::string(what) + " " + std::to_string(k) + " is " + std::string(dtype_name(t.dtype())) +
+               shape_string(t.shape()) + ", parameter " + std::to_string(k) + " " + std::string(dtype_name(p.dtype())) +
+               shape_string(p.shape()));
+    }
+  }
+  return tensors;
+}
+
+// The bytes of a tensor the kernel updates in place (ORT's contract for these ops).
+void* in_place(const Tensor& t) {
+  return const_cast<void*>(t.raw_data());
+}
+
+// False when the optional update_signal input says to skip this update.
+bool update_requested(KernelContext& ctx, size_t i) {
+  if (!ctx.has_input(i)) return true;
+  const Tensor& t = ctx.input(i);
+  if (t.dtype() != DType::kBool || t.numel() != 1) ctx.fail("update_signal must be one bool");
+  return *static_cast<const bool*>(t.raw_data());
+}
+
+// Output 0 (bool [1]) says whether the update ran; outputs 1... pass the updated sequences on.
+void finish_update(KernelContext& ctx, bool updated, std::initializer_list<size_t> sequence_inputs) {
+  Tensor& flag = ctx.allocate_output(0, DType::kBool, {1});
+  *static_cast<bool*>(flag.raw_data()) = updated;
+  size_t output = 1;
+  for (size_t input : sequence_inputs) {
+    if (ctx.has_output(output)) ctx.set_output(output, ctx.input(input));
+    ++output;
+  }
+}
+
+const KernelRegistration kMicrosoftAdamWOptimizer{
+    "com.microsoft", "AdamWOptimizer", 1, kLatestOpset, {.containers = true}, [](const KernelInfo& info) {
+      AdamWHyperparameters h;
+      h.beta1 = info.float_attribute("alpha", 0.9f);
+      h.beta2 = info.float_attribute("beta", 0.999f);
+      h.epsilon = info.float_attribute("epsilon", 1e-8f);
+      h.weight_decay = info.float_attribute("weight_decay", 1e-2f);  // ORT's schema default
+      h.bias_correction = info.int_attribute("correct_bias", 1) == 1;
+      const int64_t mode = info.int_attribute("adam_mode", 0);
+      if (mode != 0 && mode != 1) info.fail("adam_mode is " + std::to_string(mode) + "; ORT defines 0 and 1");
+      return make_kernel([h, mode](KernelContext& ctx) {
+        const auto lr = static_cast<float>(scalar_input(ctx, 0, "learning_rate"));
+        const int64_t step = step_input(ctx, 1);
+        const std::vector<Tensor>& params = sequence_like(ctx, 2, "params", nullptr);
+        const std::vector<Tensor>& grads = sequence_like(ctx, 3, "gradients", &params);
+        const std::vector<Tensor>& m = sequence_like(ctx, 4, "first_order_moments", &params);
+        const std::vector<Tensor>& v = sequence_like(ctx, 5, "second_order_moments", &params);
+        const bool update = update_requested(ctx, 6);
+        for (size_t k = 0; update && k < params.size(); ++k) {
+          const Tensor& p = params[k];
+          if (mode == 0) {
+            adamw_ort_torch_update(h, lr, step, p.dtype(), in_place(p), grads[k].raw_data(), in_place(m[k]),
+                                   in_place(v[k]), p.numel());
+          } else {
+            adamw_huggingface_update(h, DType::kFloat32, lr, step, p.dtype(), p.raw_data(), grads[k].raw_data(),
+                                     m[k].raw_data(), v[k].raw_data(), in_place(p), in_place(m[k]), in_place(v[k]),
+                                     p.numel());
+          }
+        }
+        finish_update(ctx, update, {2, 4, 5});
+      });
+    }};
+
+const KernelRegistration kMicrosoftSGDOptimizerV2{
+    "com.microsoft", "SGDOptimizerV2", 1, kLatestOpset, {.containers = true}, [](const KernelInfo&) {
+      return make_kernel([](KernelContext& ctx) {
+        const float lr = static_cast<float>(scalar_input(ctx, 0, "learning_rate"));
+        const std::vector<Tensor>& params = sequence_like(ctx, 1, "params", nullptr);
+        const std::vector<Tensor>& grads = sequence_like(ctx, 2, "gradients", &params);
+        const bool update = update_requested(ctx, 4);
+        for (size_t k = 0; update && k < params.size(); ++k) {
+          dispatch<float, double>(params[k].dtype(), "SGDOptimizerV2", [&]<typename T>() {
+            T* p = static_cast<T*>(in_place(params[k]));
+            const T* g = grads[k].data<T>();
+            parallel_for(params[k].numel(), kGrain, [&](int64_t begin, int64_t end) {
+              sgd_step_range(T(0), static_cast<T>(lr), p, g, p, begin, end);  // no weight decay
+            });
+          });
+        }
+        finish_update(ctx, update, {1, 3});
+      });
+    }};
+
 }  // namespace
+
+void adamw_ort_torch_update(const AdamWHyperparameters& h, float lr, int64_t step, DType dtype, void* p, const void* g,
+                            void* m, void* v, int64_t n) {
+  float alpha_correction = 1.f, beta_correction = 1.f;
+  if (h.bias_correction) {
+    alpha_correction = 1.f - static_cast<float>(std::pow(static_cast<float>(h.beta1), step));
+    beta_correction = 1.f - static_cast<float>(std::pow(static_cast<float>(h.beta2), step));
+  }
+  dispatch<float, double>(dtype, "AdamW (adam_mode 0)", [&]<typename T>() {
+    auto* w = static_cast<T*>(p);
+    const auto* d = static_cast<const T*>(g);
+    auto *mp = static_cast<T*>(m), *vp = static_cast<T*>(v);
+    const auto alpha = static_cast<T>(static_cast<float>(h.beta1)), beta = static_cast<T>(static_cast<float>(h.beta2));
+    const auto eps = static_cast<T>(static_cast<float>(h.epsilon));
+    const auto wd = static_cast<T>(static_cast<float>(h.weight_decay));
+    for (int64_t i = 0; i < n; ++i) {
+      w[i] = w[i] - w[i] * T(lr) * wd;
+      mp[i] = alpha * mp[i] + (T(1) - alpha) * d[i];
+      vp[i] = beta * vp[i] + (T(1) - beta) * d[i] * d[i];
+      const T denom = std::sqrt(vp[i] / T(beta_correction)) + eps;
+      w[i] = w[i] - (T(lr) * mp[i]) / (T(alpha_correction) * denom);
+    }
+  });
+}
 
 void adamw_huggingface_update(const AdamWHyperparameters& h, DType scalar_type, double lr, int64_t step, DType dtype,
                               const void* p, const void* g, const void* m, const void* v, void* p1, void* m1, void* v1,

@@ -125,6 +125,52 @@ def test_optimizer_step_matches_ort_training(case):
             check(ours, theirs, err_msg=f"{what} {k}")
 
 
+@pytest.mark.parametrize("case", OPTIMIZER_CASES, ids=[c["name"] for c in OPTIMIZER_CASES])
+def test_ort_optimizer_node_runs_as_it_is(case):
+    """The recorded node itself, over tensor sequences, in an InferenceSession: its sequence
+    outputs and, as with ORT's kernel, the fed arrays updated in place."""
+    node = onnx.load_model_from_string(base64.b64decode(case["model"])).graph.node[0]
+    exact = node.op_type == "SGDOptimizerV2" or any(a.name == "adam_mode" and a.i == 1 for a in node.attribute)
+    check = np.testing.assert_array_equal if exact else (
+        lambda a, b, err_msg: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9, err_msg=err_msg))
+    feeds = {name: [array(t) for t in entry["sequence"]] if "sequence" in entry else array(entry)
+             for name, entry in case["inputs"].items()}
+    session = onnxtrain.InferenceSession(base64.b64decode(case["model"]))
+    outputs = session.run(None, feeds)
+    assert outputs[0].dtype == np.bool_ and outputs[0].tolist() == [True]
+    updated = [name for name in feeds if isinstance(feeds[name], list) and name != "gradients"]
+    for i, entry in enumerate(case["outputs"][1:], start=1):
+        expected = [array(t) for t in entry["sequence"]]
+        for k, (ours, fed, theirs) in enumerate(zip(outputs[i], feeds[updated[i - 1]], expected)):
+            check(ours, theirs, err_msg=f"output {i} tensor {k}")
+            check(fed, theirs, err_msg=f"{updated[i - 1]} {k} in place")
+
+
+def test_ort_optimizer_model_file_runs_and_skips_on_a_false_signal():
+    """ORT's optimizer_model.onnx as generate_artifacts wrote it (only the flag as output): the
+    fed parameters and moments change in place; update_signal false leaves them."""
+    model = onnx.load(str(FIXTURES / "mlp_crossentropy_adamw" / "optimizer_model.onnx"))
+    rng = np.random.default_rng(3)
+    params = [rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)]
+    feeds = {"learning_rate": np.array([0.01], np.float32), "step": np.array([1], np.int64),
+             "params": [p.copy() for p in params], "gradients": [np.ones_like(p) for p in params],
+             "first_order_moments": [np.zeros_like(p) for p in params],
+             "second_order_moments": [np.zeros_like(p) for p in params]}
+    (flag,) = onnxtrain.InferenceSession(model.SerializeToString()).run(None, feeds)
+    assert flag.tolist() == [True]
+    for before, after in zip(params, feeds["params"]):  # the first step of AdamW moves by lr
+        np.testing.assert_allclose(before - after, 0.01, rtol=1e-4)
+    node = model.graph.node[0]
+    node.input.append("update_signal")
+    model.graph.input.append(helper.make_tensor_value_info("update_signal", onnx.TensorProto.BOOL, [1]))
+    kept = [p.copy() for p in feeds["params"]]
+    (flag,) = onnxtrain.InferenceSession(model.SerializeToString()).run(
+        None, {**feeds, "update_signal": np.array([False])})
+    assert flag.tolist() == [False]
+    for before, after in zip(kept, feeds["params"]):
+        np.testing.assert_array_equal(before, after)
+
+
 # ---- BiasDropout: no CPU kernel in ORT 1.19.2 (a GPU fusion); against Add, Dropout, Add ------
 
 
