@@ -2,6 +2,8 @@
 
 #include <onnxtrain/error.h>
 
+#include <algorithm>
+
 #include "autodiff/gradient_builder.h"
 #include "ir/functions.h"
 
@@ -35,6 +37,29 @@ std::string GradientContext::require_output(size_t i, std::string_view hint) {
   builder_.producer_[n.outputs[i]] = node_index_;
   builder_.types_->infer(n);
   return n.outputs[i];
+}
+
+std::vector<std::string> GradientContext::extend_node(std::vector<ir::Attribute> attributes, size_t first, size_t count,
+                                                      std::string_view hint) {
+  ir::Node& n = builder_.model_.graph.nodes[node_index_];
+  if (n.outputs.size() > first) fail("extend_node: output " + std::to_string(first) + " is taken");
+  for (ir::Attribute& a : attributes) {
+    auto it = std::find_if(n.attributes.begin(), n.attributes.end(),
+                           [&](const ir::Attribute& old) { return old.name == a.name; });
+    if (it == n.attributes.end())
+      n.attributes.push_back(std::move(a));
+    else
+      *it = std::move(a);
+  }
+  n.outputs.resize(first);
+  std::vector<std::string> added;
+  for (size_t k = 0; k < count; ++k) {
+    added.push_back(builder_.names_.fresh(std::string(hint)));
+    n.outputs.push_back(added.back());
+    builder_.producer_[added.back()] = node_index_;
+  }
+  builder_.types_->infer(n);
+  return added;
 }
 
 int64_t GradientContext::attr_int(std::string_view name, int64_t fallback) const {

@@ -50,6 +50,14 @@ class GradientContext {
   // Output i, which the rule needs from the forward pass: when the node omits it (an
   // optional output such as MaxPool's Indices), it is added under a new name.
   std::string require_output(size_t i, std::string_view hint);
+  // Makes the forward node compute more, for a rule that needs values from inside a
+  // subgraph (Scan and Loop save the state entering each iteration as extra scan outputs):
+  // `attributes` replace the node's attributes of the same names (or are added), and `count`
+  // new outputs, named from `hint`, become outputs first, first + 1, ... (outputs the node
+  // omits before `first` stay omitted). Returns the new outputs' names. What the node
+  // computed before keeps its name and value.
+  std::vector<std::string> extend_node(std::vector<ir::Attribute> attributes, size_t first, size_t count,
+                                       std::string_view hint);
 
   bool has_attribute(std::string_view name) const { return node().attribute(name) != nullptr; }
   int64_t attr_int(std::string_view name, int64_t fallback) const;
