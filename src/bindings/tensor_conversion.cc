@@ -182,8 +182,10 @@ nb::object to_torch(Tensor tensor) {
 nb::object to_python(Tensor value) {
   if (value.is_none()) return nb::none();
   if (!value.is_sequence()) return to_numpy(std::move(value));
+  // A sequence's tensors may be shared with feeds, constants or other sequences: the
+  // caller gets arrays of its own.
   nb::list elements;
-  for (const Tensor& t : value.sequence().tensors) elements.append(to_numpy(t));
+  for (const Tensor& t : value.sequence().tensors) elements.append(to_numpy(t.clone()));
   return elements;
 }
 

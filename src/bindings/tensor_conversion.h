@@ -29,7 +29,7 @@ Tensor borrow_array(const HostArray& array, const std::string& what, DType as = 
 // A numpy array that owns `tensor` (no copy), or the bits of a type numpy lacks (see above;
 // the 4-bit types unpacked into a copy).
 nanobind::object to_numpy(Tensor tensor);
-// to_numpy for a tensor, a list of arrays for a sequence, None for an empty optional.
+// to_numpy for a tensor, a list of arrays (copies) for a sequence, None for an empty optional.
 nanobind::object to_python(Tensor value);
 // True when to_numpy hands out `dtype` as bits.
 bool numpy_lacks(DType dtype);

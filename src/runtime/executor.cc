@@ -77,8 +77,10 @@ Tensor copy_into(const std::string& name, const Tensor& value, const Tensor& des
 
 // What a run hands its caller for `value`: the tensor itself when the run allocated it
 // for the caller (a fresh heap buffer nothing else holds), otherwise a copy — arena
-// views, feeds and constants stay where they are.
+// views, feeds and constants stay where they are. A sequence is shared as it is: its
+// tensors are read-only (a loop building one would otherwise copy it every iteration).
 Tensor handed_out(const Tensor& value) {
+  if (is_container(value.dtype())) return value;  // immutable, and never in the arena
   const bool owned =
       value.storage() && value.storage()->origin() == StorageOrigin::kHeap && value.storage().use_count() == 1;
   return owned ? value : value.clone();
