@@ -1,9 +1,12 @@
 // ImageDecoder (encoded_stream uint8 [bytes]) => uint8 [H, W, 3] (pixel_format RGB or BGR) or
 // [H, W, 1] (Grayscale). Decodes BMP (uncompressed 1/4/8/24/32 bits, bitfields at 32),
-// PNG (every color type and bit depth, Adam7 interlacing; zlib through core/inflate.h) and
-// PNM (P1-P6). JPEG, JPEG 2000, TIFF, WebP and GIF are recognized and refused with an
-// error that says so. Grayscale from color uses ITU-R 601-2 luma in 16-bit fixed point,
-// (19595 R + 38470 G + 7471 B + 2^15) >> 16, as Pillow (the ONNX reference) does.
+// PNG (every color type and bit depth, Adam7 interlacing; zlib through core/inflate.h),
+// PNM (P1-P6), baseline JPEG (image_jpeg.cc) and baseline TIFF (image_tiff.cc). JPEG 2000,
+// WebP and GIF are recognized and refused with an error that says so. Grayscale from color
+// uses ITU-R 601-2 luma in 16-bit fixed point, (19595 R + 38470 G + 7471 B + 2^15) >> 16,
+// as Pillow (the ONNX reference) does.
+#include "ops/cpu/image.h"
+
 #include <algorithm>
 #include <array>
 #include <cctype>
@@ -19,71 +22,34 @@
 namespace onnxtrain {
 namespace {
 
-// Dimensions beyond this many pixels are refused: a corrupt header must not allocate
-// gigabytes.
-constexpr int64_t kMaxPixels = int64_t{1} << 28;
+using image::Image;
 
-struct Image {
-  int64_t width = 0, height = 0;
-  int channels = 3;  // 1: gray, 3: RGB
-  std::vector<uint8_t> pixels;
-};
-
-class Decoder {
+class Decoder : public image::EncodedStream {
  public:
-  Decoder(std::span<const uint8_t> data, const KernelContext& ctx) : data_(data), ctx_(ctx) {}
+  using EncodedStream::EncodedStream;
 
   Image decode() const {
     if (starts_with("BM")) return bmp();
     if (starts_with("\x89PNG\r\n\x1a\n")) return png();
     if (data_.size() >= 2 && data_[0] == 'P' && data_[1] >= '1' && data_[1] <= '6') return pnm();
-    const char* format = starts_with("\xff\xd8\xff")                                           ? "JPEG"
-                         : starts_with("\xff\x4f\xff\x51") || starts_with("\0\0\0\x0cjP  ", 8) ? "JPEG 2000"
-                         : starts_with("II*\0", 4) || starts_with("MM\0*", 4)                  ? "TIFF"
+    if (starts_with("\xff\xd8\xff")) return image::decode_jpeg(*this);
+    if (starts_with("II*\0", 4) || starts_with("MM\0*", 4)) return image::decode_tiff(*this);
+    const char* format = starts_with("\xff\x4f\xff\x51") || starts_with("\0\0\0\x0cjP  ", 8) ? "JPEG 2000"
                          : starts_with("RIFF") && data_.size() >= 12 && std::memcmp(data_.data() + 8, "WEBP", 4) == 0
                              ? "WebP"
                          : starts_with("GIF8") ? "GIF"
                                                : nullptr;
     if (format) {
       // The executor names the node in front of the message.
-      throw Error(std::string(format) + " images are not supported (onnxtrain decodes BMP, PNG and PNM)",
+      throw Error(std::string(format) + " images are not supported (onnxtrain decodes BMP, PNG, PNM, JPEG and TIFF)",
                   ErrorKind::kNotImplemented);
     }
-    fail("not an image format onnxtrain knows (BMP, PNG, PNM)");
+    fail("not an image format onnxtrain knows (BMP, PNG, PNM, JPEG, TIFF)");
   }
 
  private:
-  [[noreturn]] void fail(const std::string& problem) const { ctx_.fail("encoded_stream: " + problem); }
-  bool starts_with(const char* magic, size_t n = 0) const {
-    if (n == 0) n = std::strlen(magic);
-    return data_.size() >= n && std::memcmp(data_.data(), magic, n) == 0;
-  }
-  void need(size_t end, const std::string& what) const {
-    if (end > data_.size()) fail(what + " is cut off (" + std::to_string(data_.size()) + " bytes)");
-  }
-  uint32_t le32(size_t at) const {
-    need(at + 4, "the header");
-    return data_[at] | (data_[at + 1] << 8) | (data_[at + 2] << 16) | (static_cast<uint32_t>(data_[at + 3]) << 24);
-  }
-  uint16_t le16(size_t at) const {
-    need(at + 2, "the header");
-    return static_cast<uint16_t>(data_[at] | (data_[at + 1] << 8));
-  }
-  static uint32_t be32(const uint8_t* p) {
+  static uint32_t big_endian32(const uint8_t* p) {
     return (static_cast<uint32_t>(p[0]) << 24) | (p[1] << 16) | (p[2] << 8) | p[3];
-  }
-  void check_size(int64_t width, int64_t height) const {
-    if (width < 1 || height < 1 || width > kMaxPixels || height > kMaxPixels || width * height > kMaxPixels) {
-      fail("image of " + std::to_string(width) + " x " + std::to_string(height) + " pixels: expected 1 to 2^28");
-    }
-  }
-  // Called once the stream is known to hold the pixels, so that a corrupt header cannot
-  // make it allocate more than the data could fill.
-  Image blank(int64_t width, int64_t height, int channels) const {
-    check_size(width, height);
-    Image image{width, height, channels, {}};
-    image.pixels.resize(static_cast<size_t>(width * height * channels));
-    return image;
   }
 
   // ---- BMP: BITMAPFILEHEADER, then a DIB header of 12 (core) or 40+ bytes.
@@ -164,13 +130,14 @@ class Decoder {
     std::vector<uint8_t> palette, idat;
     for (;;) {
       need(at + 8, "a PNG chunk header");
-      const uint32_t len = be32(data_.data() + at);
+      const uint32_t len = big_endian32(data_.data() + at);
       const std::string type(reinterpret_cast<const char*>(data_.data() + at + 4), 4);
       need(at + 12 + static_cast<size_t>(len), "the PNG chunk " + type);
       const uint8_t* body = data_.data() + at + 8;
       if (type == "IHDR") {
         if (len < 13) fail("a short IHDR chunk");
-        width = be32(body), height = be32(body + 4), depth = body[8], color = body[9], interlace = body[12];
+        width = big_endian32(body), height = big_endian32(body + 4), depth = body[8], color = body[9],
+        interlace = body[12];
         if (body[10] != 0 || body[11] != 0) fail("a PNG compression or filter method other than 0");
       } else if (type == "PLTE") {
         palette.assign(body, body + len);
@@ -345,9 +312,6 @@ class Decoder {
     }
     return image;
   }
-
-  std::span<const uint8_t> data_;
-  const KernelContext& ctx_;
 };
 
 enum class PixelFormat { kRgb, kBgr, kGray };
