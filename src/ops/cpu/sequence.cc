@@ -61,17 +61,16 @@ size_t position(const KernelContext& ctx, size_t i, size_t size, bool insert, in
 // The element type a node's `dtype` attribute names (SequenceEmpty: float by default).
 DType dtype_attribute(const KernelInfo& info) {
   const auto dtype = dtype_from_onnx(static_cast<int32_t>(info.int_attribute("dtype", 1)));
-  if (!is_supported(dtype)) info.fail("dtype " + std::to_string(info.int_attribute("dtype")) + " is not an element type");
+  if (!is_supported(dtype))
+    info.fail("dtype " + std::to_string(info.int_attribute("dtype")) + " is not an element type");
   return dtype;
 }
 
-const KernelRegistration kSequenceEmpty{"", "SequenceEmpty", 11, kLatestOpset, kContainers,
-                                        [](const KernelInfo& info) {
-                                          const DType dtype = dtype_attribute(info);
-                                          return make_kernel([dtype](KernelContext& ctx) {
-                                            ctx.set_output(0, Tensor::sequence(dtype, {}));
-                                          });
-                                        }};
+const KernelRegistration kSequenceEmpty{
+    "", "SequenceEmpty", 11, kLatestOpset, kContainers, [](const KernelInfo& info) {
+      const DType dtype = dtype_attribute(info);
+      return make_kernel([dtype](KernelContext& ctx) { ctx.set_output(0, Tensor::sequence(dtype, {})); });
+    }};
 
 const KernelRegistration kSequenceConstruct{
     "", "SequenceConstruct", 11, kLatestOpset, kContainers, [](const KernelInfo& info) {
@@ -99,24 +98,26 @@ const KernelRegistration kSequenceInsert{
           ctx.fail("cannot insert a " + std::string(dtype_name(t.dtype())) + " tensor into a sequence of " +
                    std::string(dtype_name(sequence.element_dtype)) + " tensors");
         }
-        const size_t at = position(ctx, 2, sequence.tensors.size(), true, static_cast<int64_t>(sequence.tensors.size()));
+        const size_t at =
+            position(ctx, 2, sequence.tensors.size(), true, static_cast<int64_t>(sequence.tensors.size()));
         std::vector<Tensor> tensors = sequence.tensors;
         tensors.insert(tensors.begin() + static_cast<std::ptrdiff_t>(at), t);
         ctx.set_output(0, Tensor::sequence(sequence.element_dtype, std::move(tensors)));
       });
     }};
 
-const KernelRegistration kSequenceErase{
-    "", "SequenceErase", 11, kLatestOpset, kContainers, [](const KernelInfo&) {
-      return make_kernel([](KernelContext& ctx) {
-        const TensorSequence& sequence = sequence_input(ctx, 0);
-        if (sequence.tensors.empty()) ctx.fail("cannot erase from an empty sequence");
-        const size_t at = position(ctx, 1, sequence.tensors.size(), false, -1);
-        std::vector<Tensor> tensors = sequence.tensors;
-        tensors.erase(tensors.begin() + static_cast<std::ptrdiff_t>(at));
-        ctx.set_output(0, Tensor::sequence(sequence.element_dtype, std::move(tensors)));
-      });
-    }};
+const KernelRegistration kSequenceErase{"", "SequenceErase", 11, kLatestOpset, kContainers, [](const KernelInfo&) {
+                                          return make_kernel([](KernelContext& ctx) {
+                                            const TensorSequence& sequence = sequence_input(ctx, 0);
+                                            if (sequence.tensors.empty())
+                                              ctx.fail("cannot erase from an empty sequence");
+                                            const size_t at = position(ctx, 1, sequence.tensors.size(), false, -1);
+                                            std::vector<Tensor> tensors = sequence.tensors;
+                                            tensors.erase(tensors.begin() + static_cast<std::ptrdiff_t>(at));
+                                            ctx.set_output(
+                                                0, Tensor::sequence(sequence.element_dtype, std::move(tensors)));
+                                          });
+                                        }};
 
 const KernelRegistration kSequenceAt{"", "SequenceAt", 11, kLatestOpset, kContainers, [](const KernelInfo& info) {
                                        if (!info.has_input(1)) info.fail("SequenceAt needs its position input");
@@ -127,13 +128,12 @@ const KernelRegistration kSequenceAt{"", "SequenceAt", 11, kLatestOpset, kContai
                                        });
                                      }};
 
-const KernelRegistration kSequenceLength{
-    "", "SequenceLength", 11, kLatestOpset, kContainers, [](const KernelInfo&) {
-      return make_kernel([](KernelContext& ctx) {
-        const auto n = static_cast<int64_t>(sequence_input(ctx, 0).tensors.size());
-        *ctx.allocate_output(0, DType::kInt64, {}).data<int64_t>() = n;
-      });
-    }};
+const KernelRegistration kSequenceLength{"", "SequenceLength", 11, kLatestOpset, kContainers, [](const KernelInfo&) {
+                                           return make_kernel([](KernelContext& ctx) {
+                                             const auto n = static_cast<int64_t>(sequence_input(ctx, 0).tensors.size());
+                                             *ctx.allocate_output(0, DType::kInt64, {}).data<int64_t>() = n;
+                                           });
+                                         }};
 
 // SplitToSequence: `split` a scalar (parts of that length, the last one shorter), a 1-D list
 // of lengths, or omitted (parts of length 1, without the axis unless keepdims).
@@ -265,7 +265,7 @@ class SequenceMapKernel final : public OpKernel {
     for (size_t k = 0; k < results.size(); ++k) {
       if (!ctx.has_output(k)) continue;
       const DType declared = g.outputs[k].dtype;
-      const DType element = !results[k].empty()           ? results[k].front().dtype()
+      const DType element = !results[k].empty()             ? results[k].front().dtype()
                             : declared != DType::kUndefined ? declared
                                                             : DType::kFloat32;
       ctx.set_output(k, Tensor::sequence(element, std::move(results[k])));
@@ -276,9 +276,10 @@ class SequenceMapKernel final : public OpKernel {
   std::unique_ptr<Subgraph> body_;
 };
 
-const KernelRegistration kSequenceMap{"", "SequenceMap", 17, kLatestOpset, kContainers, [](const KernelInfo& info) {
-                                        return std::make_unique<SequenceMapKernel>(info);
-                                      }};
+const KernelRegistration kSequenceMap{
+    "",           "SequenceMap", 17,
+    kLatestOpset, kContainers,   [](const KernelInfo& info) {
+                                        return std::make_unique<SequenceMapKernel>(info); }};
 
 // Optional: its input as a present optional, or (no input) an optional without a value.
 const KernelRegistration kOptional{"", "Optional", 15, kLatestOpset, kContainers, [](const KernelInfo&) {
@@ -291,13 +292,11 @@ bool has_element(const KernelContext& ctx) {
   return ctx.has_input(0) && !ctx.input(0).is_none();
 }
 
-const KernelRegistration kOptionalHasElement{"", "OptionalHasElement", 15, kLatestOpset, kContainers,
-                                             [](const KernelInfo&) {
-                                               return make_kernel([](KernelContext& ctx) {
-                                                 *ctx.allocate_output(0, DType::kBool, {}).data<bool>() =
-                                                     has_element(ctx);
-                                               });
-                                             }};
+const KernelRegistration kOptionalHasElement{
+    "", "OptionalHasElement", 15, kLatestOpset, kContainers, [](const KernelInfo&) {
+      return make_kernel(
+          [](KernelContext& ctx) { *ctx.allocate_output(0, DType::kBool, {}).data<bool>() = has_element(ctx); });
+    }};
 
 // From opset 18 a tensor or sequence that is not optional is its own element.
 const KernelRegistration kOptionalGetElement{
