@@ -63,15 +63,11 @@ SUPPORTED_DTYPES: frozenset[str] = frozenset(
 # expected as 20, and onnxruntime gives -128 too).
 _QLINEARMATMUL_WRAPS = "expected output wraps out-of-range values (onnx.reference skips the spec's saturation)"
 
-_NOT_DECODED = "onnxtrain's ImageDecoder decodes BMP, PNG and PNM only; it refuses this format with an error"
+_NOT_DECODED = "onnxtrain's ImageDecoder decodes BMP, PNG, PNM, JPEG and TIFF; it refuses this format with an error"
 
 #: test name -> why it fails today.
 KNOWN_FAILURES: dict[str, str] = {
     "test_image_decoder_decode_jpeg2k_rgb": _NOT_DECODED,
-    "test_image_decoder_decode_jpeg_bgr": _NOT_DECODED,
-    "test_image_decoder_decode_jpeg_grayscale": _NOT_DECODED,
-    "test_image_decoder_decode_jpeg_rgb": _NOT_DECODED,
-    "test_image_decoder_decode_tiff_rgb": _NOT_DECODED,
     "test_image_decoder_decode_webp_rgb": _NOT_DECODED,
     # onnx/backend/test/case/node/adam.py computes this case's expected outputs with
     # epsilon=1e-2 but leaves the attribute off the node, so the spec's default (1e-6)
