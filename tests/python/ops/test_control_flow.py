@@ -390,13 +390,19 @@ def test_loop_growing_state_over_many_iterations():
         np.testing.assert_allclose(out[1][:, 0], 3 * np.arange(1, 41))
 
 
-def test_gradient_through_loop_is_refused():
+@pytest.mark.parametrize("limit, iterations", [(10, 5), (3, 3)])
+def test_gradient_through_loop_outer_read(limit, iterations):
     # x reaches the output only through the Loop's body (an outer-scope read): the gradient
-    # builder must see that path and refuse, not report that x has no gradient.
+    # builder must see that path (rules/control.cc differentiates it), not report that x has no
+    # gradient. acc_final = acc0 + x * (0 + 1 + ... + (iterations - 1)); M is 5, and the
+    # condition i < limit - 1 ends the loop after 3 iterations when limit is 3.
     from onnxtrain.autodiff import build_gradient_graph
 
-    with pytest.raises(Exception, match="no gradient rule for op Loop"):
-        build_gradient_graph(loop_model(), ["x"], ["acc_final"])
+    gradient = build_gradient_graph(loop_model(), ["x"], ["acc_final"])
+    seed = rng.standard_normal(4).astype(np.float32)
+    feeds = {**loop_feeds(limit=limit), "acc_final_grad": seed}
+    ours = dict(zip([o.name for o in gradient.graph.output], run(gradient, feeds)))
+    np.testing.assert_allclose(ours["x_grad"], seed * sum(range(iterations)), rtol=1e-6)
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])
