@@ -183,25 +183,34 @@ std::vector<int64_t> sequence_lengths(KernelContext& ctx, const Sizes& s) {
   return lens;
 }
 
-// The forward of one direction. y (time-major [seq, batch, H], zero-filled by the caller)
-// gets the outputs; h, c (in: the initial state) end with the final state; `record`, when
-// given, gets what the gradient reads.
+namespace {
+
+// The biases every step adds to X W^T: Wb + Rb, but GRU's h gate Wbh alone (its Rbh sits
+// inside the reset); zeros without B.
+template <typename T>
+std::vector<T> step_bias(const RecurrentAttributes& a, const Sizes& s, const Direction<T>& dir) {
+  const int64_t GH = s.gh();
+  std::vector<T> bias(static_cast<size_t>(GH), T(0));
+  if (dir.wb == nullptr) return bias;
+  const int64_t rb_end = a.cell == Cell::kGru ? 2 * s.hidden : GH;
+  for (int64_t j = 0; j < GH; ++j) bias[static_cast<size_t>(j)] = dir.wb[j] + (j < rb_end ? dir.rb[j] : T(0));
+  return bias;
+}
+
+}  // namespace
+
+// The hidden state ping-pongs between h and a second buffer: each step reads one and
+// writes the other (rows past their length carried over), rather than copying it first.
 template <typename T>
 void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vector<int64_t>& lens,
-                   const Direction<T>& dir, T* y, std::vector<T>& h, std::vector<T>& c, Record<T>* record,
+                   const Direction<T>& dir, OutputRows<T> y, std::vector<T>& h, std::vector<T>& c, Record<T>* record,
                    const StepProduct<T>* packed_recurrent, const StepProduct<T>* packed_reset) {
   const int64_t H = s.hidden, GH = s.gh(), B = s.batch;
   const bool gru = a.cell == Cell::kGru;
-  // X W^T + Wb (+ Rb, except GRU's h gate, whose Rb sits inside the reset), all steps at once.
-  std::vector<T> xw(static_cast<size_t>(s.seq * B * GH));
-  gemm<T>(false, true, s.seq * B, GH, s.input, T(1), dir.x, s.input, dir.w, s.input, T(0), xw.data(), GH);
-  if (dir.wb != nullptr) {
-    std::vector<T> bias(dir.wb, dir.wb + GH);
-    const int64_t rb_end = gru ? 2 * H : GH;
-    for (int64_t j = 0; j < rb_end; ++j) bias[static_cast<size_t>(j)] += dir.rb[j];
-    for (int64_t row = 0; row < s.seq * B; ++row)
-      for (int64_t j = 0; j < GH; ++j) xw[static_cast<size_t>(row * GH + j)] += bias[static_cast<size_t>(j)];
-  }
+  // X W^T, all steps at once (every element written: no need to clear it first).
+  const std::unique_ptr<T[]> xw = std::make_unique_for_overwrite<T[]>(static_cast<size_t>(s.seq * B * GH));
+  gemm<T>(false, true, s.seq * B, GH, s.input, T(1), dir.x, s.input, dir.w, s.input, T(0), xw.get(), GH);
+  const std::vector<T> bias = step_bias(a, s, dir);
   // GRU without linear_before_reset multiplies only z and r by R in each step's product,
   // h after the reset.
   const int64_t rec_cols = gru && !a.linear_before_reset ? 2 * H : GH;
@@ -219,48 +228,56 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
   std::vector<T> acts(static_cast<size_t>(B * GH));            // activated gates
   std::vector<T> reset(gru ? static_cast<size_t>(B * H) : 0);  // r (.) H_prev, or r
   std::vector<T> hlin(gru ? static_cast<size_t>(B * H) : 0);   // (r (.) H_prev) Rh^T
-  std::vector<T> hprev(static_cast<size_t>(B * H));
+  std::vector<T> other_h(static_cast<size_t>(B * H));
+  T* hprev_all = h.data();  // the state this step reads
+  T* hnext_all = other_h.data();
   const int64_t grain = row_grain(GH);
   const T* rbh = gru && dir.rb != nullptr ? dir.rb + 2 * H : nullptr;
+  const T* bi = bias.data();
   const T *pi = dir.p, *po = dir.p != nullptr ? dir.p + H : nullptr, *pf = dir.p != nullptr ? dir.p + 2 * H : nullptr;
   for (int64_t step = 0; step < s.seq; ++step) {
-    std::copy(h.begin(), h.end(), hprev.begin());
-    recurrent_product.run(hprev.data(), H, rec.data(), GH, B);
+    const bool backwards = step % 2 == 1;
+    recurrent_product.run(hprev_all, H, rec.data(), GH, B, backwards);
     auto active = [&](int64_t b) { return step < lens[static_cast<size_t>(b)]; };
-    // Phase 1: pre-activations; GRU's r.
-    parallel_for(B, grain, [&](int64_t begin, int64_t end) {
-      for (int64_t b = begin; b < end; ++b) {
-        if (!active(b)) continue;
-        const int64_t t = time_of(dir.reverse, step, lens[static_cast<size_t>(b)]);
-        T* pre = rec.data() + b * GH;
-        const T* xr = xw.data() + (t * B + b) * GH;
-        // GRU's h gate keeps its recurrent part apart (linear_before_reset) or gets it later.
-        const int64_t add_cols = gru ? 2 * H : GH;
-        for (int64_t j = 0; j < add_cols; ++j) pre[j] += xr[j];
-        if (!gru) continue;
-        if (!a.linear_before_reset) std::copy(xr + 2 * H, xr + GH, pre + 2 * H);
-        T* r = acts.data() + b * GH + H;
-        activate(dir.f, a.clip, pre + H, r, H);
-        T* rs = reset.data() + b * H;
-        const T* hp = hprev.data() + b * H;
-        for (int64_t j = 0; j < H; ++j) rs[j] = a.linear_before_reset ? r[j] : r[j] * hp[j];
-      }
-    });
-    if (gru && !a.linear_before_reset) {
-      reset_product->run(reset.data(), H, hlin.data(), H, B);
+    // GRU's phase 1: its pre-activations and r, which the reset product needs.
+    if (gru) {
+      parallel_for(B, grain, [&](int64_t begin, int64_t end) {
+        for (int64_t b = begin; b < end; ++b) {
+          if (!active(b)) continue;
+          const int64_t t = time_of(dir.reverse, step, lens[static_cast<size_t>(b)]);
+          T* pre = rec.data() + b * GH;
+          const T* xr = xw.get() + (t * B + b) * GH;
+          // The h gate keeps its recurrent part apart (linear_before_reset) or gets it later.
+          for (int64_t j = 0; j < 2 * H; ++j) pre[j] += xr[j] + bi[j];
+          if (!a.linear_before_reset) {
+            for (int64_t j = 2 * H; j < GH; ++j) pre[j] = xr[j] + bi[j];
+          }
+          T* r = acts.data() + b * GH + H;
+          activate(dir.f, a.clip, pre + H, r, H);
+          T* rs = reset.data() + b * H;
+          const T* hp = hprev_all + b * H;
+          for (int64_t j = 0; j < H; ++j) rs[j] = a.linear_before_reset ? r[j] : r[j] * hp[j];
+        }
+      });
+      if (!a.linear_before_reset) reset_product->run(reset.data(), H, hlin.data(), H, B, backwards);
     }
     // Phase 2: the cell.
     parallel_for(B, grain, [&](int64_t begin, int64_t end) {
       for (int64_t b = begin; b < end; ++b) {
-        if (!active(b)) continue;
+        const T* hp = hprev_all + b * H;
+        T* hb = hnext_all + b * H;
+        if (!active(b)) {
+          std::copy(hp, hp + H, hb);
+          continue;
+        }
         const int64_t t = time_of(dir.reverse, step, lens[static_cast<size_t>(b)]);
         const int64_t row = t * B + b;
         T* pre = rec.data() + b * GH;
         T* act = acts.data() + b * GH;
-        const T* hp = hprev.data() + b * H;
-        T* hb = h.data() + b * H;
+        const T* xr = xw.get() + row * GH;
         if (record != nullptr) std::copy(hp, hp + H, record->hprev.data() + row * H);
         if (a.cell == Cell::kRnn) {
+          for (int64_t j = 0; j < GH; ++j) pre[j] += xr[j] + bi[j];
           if (record != nullptr) std::copy(pre, pre + GH, record->pre.data() + row * GH);
           activate(dir.f, a.clip, pre, hb, H);
           if (record != nullptr) std::copy(hb, hb + H, record->act.data() + row * GH);
@@ -268,12 +285,11 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
           T* xh = pre + 2 * H;
           if (a.linear_before_reset) {
             const T* r = act + H;
-            const T* xr = xw.data() + row * GH + 2 * H;
             T* lin_out = record != nullptr ? record->hr.data() + row * H : nullptr;
             for (int64_t j = 0; j < H; ++j) {
               const T lin = xh[j] + (rbh != nullptr ? rbh[j] : T(0));  // H Rh^T + Rbh
               if (lin_out != nullptr) lin_out[j] = lin;
-              xh[j] = xr[j] + r[j] * lin;
+              xh[j] = (xr[2 * H + j] + bi[2 * H + j]) + r[j] * lin;
             }
           } else {
             const T* hl = hlin.data() + b * H;
@@ -287,6 +303,7 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
           for (int64_t j = 0; j < H; ++j) hb[j] = (T(1) - z[j]) * ht[j] + z[j] * hp[j];
           if (record != nullptr) std::copy(act, act + GH, record->act.data() + row * GH);
         } else {
+          for (int64_t j = 0; j < GH; ++j) pre[j] += xr[j] + bi[j];
           // gates i o f c at 0, H, 2H, 3H
           T* cb = c.data() + b * H;
           if (record != nullptr) std::copy(cb, cb + H, record->cprev.data() + row * H);
@@ -320,18 +337,21 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
             std::copy(cb, cb + H, record->c.data() + row * H);
           }
         }
-        std::copy(hb, hb + H, y + row * H);
+        if (y.base != nullptr) std::copy(hb, hb + H, y.row(t, b));
       }
     });
+    std::swap(hprev_all, hnext_all);
   }
+  if (hprev_all != h.data()) std::copy(hprev_all, hprev_all + B * H, h.data());
 }
 
 template void run_direction<float>(const RecurrentAttributes&, const Sizes&, const std::vector<int64_t>&,
-                                   const Direction<float>&, float*, std::vector<float>&, std::vector<float>&,
+                                   const Direction<float>&, OutputRows<float>, std::vector<float>&, std::vector<float>&,
                                    Record<float>*, const StepProduct<float>*, const StepProduct<float>*);
 template void run_direction<double>(const RecurrentAttributes&, const Sizes&, const std::vector<int64_t>&,
-                                    const Direction<double>&, double*, std::vector<double>&, std::vector<double>&,
-                                    Record<double>*, const StepProduct<double>*, const StepProduct<double>*);
+                                    const Direction<double>&, OutputRows<double>, std::vector<double>&,
+                                    std::vector<double>&, Record<double>*, const StepProduct<double>*,
+                                    const StepProduct<double>*);
 
 namespace {
 
@@ -366,7 +386,10 @@ void forward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s, c
   const ThreadScope threads(run_threads(s));
   const RecurrentLayout lay{a.layout, s.seq, s.batch, s.directions, s.hidden};
   const std::vector<int64_t> lens = sequence_lengths(ctx, s);
-  const std::vector<T> x = time_major_x<T>(ctx.input(kX), s, lay);
+  // X is time-major already in layout 0.
+  std::vector<T> x_copy;
+  if (a.layout != 0) x_copy = time_major_x<T>(ctx.input(kX), s, lay);
+  const T* x = a.layout == 0 ? ctx.input(kX).data<T>() : x_copy.data();
   const DType dtype = ctx.input(kX).dtype();
   const Shape y_shape =
       a.layout == 0 ? Shape{s.seq, s.directions, s.batch, s.hidden} : Shape{s.batch, s.seq, s.directions, s.hidden};
@@ -377,10 +400,16 @@ void forward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s, c
   T* yc = a.cell == Cell::kLstm && ctx.has_output(2) ? ctx.allocate_output(2, dtype, state_shape).template data<T>()
                                                      : nullptr;
   const int64_t H = s.hidden;
+  // Y's rows past a row's length are zeros; the steps write every other row.
+  const bool short_rows = std::any_of(lens.begin(), lens.end(), [&](int64_t len) { return len < s.seq; });
+  if (y != nullptr && short_rows) std::fill_n(y, s.seq * s.directions * s.batch * H, T(0));
   for_each_direction(s, available, [&](int64_t d) {
-    const Direction<T> dir = direction_inputs<T>(ctx, a, s, lay, x.data(), d);
+    const Direction<T> dir = direction_inputs<T>(ctx, a, s, lay, x, d);
     std::vector<T> h = dir.h0, c = dir.c0;
-    std::vector<T> ydir(static_cast<size_t>(s.seq * s.batch * H), T(0));
+    OutputRows<T> y_rows;
+    if (y != nullptr) {
+      y_rows = {y + lay.y(0, d, 0), lay.y(1, d, 0) - lay.y(0, d, 0), lay.y(0, d, 1) - lay.y(0, d, 0)};
+    }
     const StepProduct<T>*packed_recurrent = nullptr, *packed_reset = nullptr;
     if constexpr (std::is_same_v<T, float>) {
       if (packed != nullptr) {
@@ -388,9 +417,7 @@ void forward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s, c
         if (!packed->reset.empty()) packed_reset = &packed->reset[static_cast<size_t>(d)];
       }
     }
-    run_direction<T>(a, s, lens, dir, ydir.data(), h, c, nullptr, packed_recurrent, packed_reset);
-    for (int64_t t = 0; t < s.seq && y != nullptr; ++t)
-      for (int64_t b = 0; b < s.batch; ++b) std::copy_n(ydir.data() + (t * s.batch + b) * H, H, y + lay.y(t, d, b));
+    run_direction<T>(a, s, lens, dir, y_rows, h, c, nullptr, packed_recurrent, packed_reset);
     for (int64_t b = 0; b < s.batch; ++b) {
       if (yh != nullptr) std::copy_n(h.data() + b * H, H, yh + lay.state(d, b));
       if (yc != nullptr) std::copy_n(c.data() + b * H, H, yc + lay.state(d, b));

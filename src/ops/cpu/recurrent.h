@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <dnnl.hpp>
 #include <exception>
 #include <limits>
@@ -194,39 +195,91 @@ void gemm(bool a_t, bool b_t, int64_t m, int64_t n, int64_t k, T alpha, const T*
   });
 }
 
-// The batches a WeightStream serves better than sgemm: stream / sgemm, one thread, 32 steps
-// of H = 256: LSTM 0.65 / 0.44 ms at 1 row, 0.87 / 0.94 at 4, 2.8 / 3.2 at 16; GRU alike.
-inline constexpr int64_t kMinStreamedRows = 4;
-inline constexpr int64_t kStreamedRows = 2 * WeightStream::kMaxColumns;
+// The batches whose step products run on weights packed once per run (StepProduct) rather
+// than sgemm, which packs them again every step.
+inline constexpr int64_t kStreamedRows = 16;
 inline bool streamed(int64_t rows) {
-  return rows >= kMinStreamedRows && rows <= kStreamedRows;
+  return rows >= 1 && rows <= kStreamedRows;
 }
+
+namespace step_product {
+
+inline constexpr int64_t kBlock = WeightStream::kBlock;            // outputs per block
+inline constexpr int64_t kMaxColumns = WeightStream::kMaxColumns;  // columns per pass
+using Lanes = WeightStream::Lanes;
+
+// For the blocks [first, last) of packed W ([blocks][depth][16]), last to first when
+// `backwards`, and kColumns columns (column c's element k at in[c * ldi + k]):
+// out[c * ldo + o] = sum over k of W(o, k) * column c's k, o < outputs. Each sum is split kSplit ways along the depth
+// so that kColumns * kSplit chains of FMAs overlap: one column in one chain waits out each FMA's latency (a batch-1
+// step ran at about a quarter of the FMA rate so). The parts are added in a fixed order, whatever the vector width.
+template <int kColumns, int kSplit>
+ONNXTRAIN_MULTIVERSIONED void block_products(const float* packed, int64_t depth, int64_t outputs, int64_t first,
+                                             int64_t last, bool backwards, const float* in, int64_t ldi, float* out,
+                                             int64_t ldo) {
+  for (int64_t i = 0; i < last - first; ++i) {
+    const int64_t block = backwards ? last - 1 - i : first + i;
+    const float* w = packed + block * depth * kBlock;
+    Lanes acc[kSplit][kColumns] = {};
+    int64_t k = 0;
+    for (; k + kSplit <= depth; k += kSplit)
+      for (int part = 0; part < kSplit; ++part) {
+        Lanes wk;
+        std::memcpy(&wk, w + (k + part) * kBlock, sizeof wk);
+        for (int c = 0; c < kColumns; ++c) acc[part][c] += wk * in[c * ldi + k + part];
+      }
+    for (; k < depth; ++k) {
+      Lanes wk;
+      std::memcpy(&wk, w + k * kBlock, sizeof wk);
+      for (int c = 0; c < kColumns; ++c) acc[0][c] += wk * in[c * ldi + k];
+    }
+    const int64_t o = block * kBlock;
+    const int64_t valid = std::min(kBlock, outputs - o);
+    for (int c = 0; c < kColumns; ++c) {
+      Lanes sum = acc[0][c];
+      for (int part = 1; part < kSplit; ++part) sum += acc[part][c];
+      float* dst = out + c * ldo + o;
+      if (valid == kBlock) {
+        std::memcpy(dst, &sum, sizeof sum);
+      } else {
+        for (int64_t j = 0; j < valid; ++j) dst[j] = sum[j];
+      }
+    }
+  }
+}
+
+using Products = void (*)(const float*, int64_t, int64_t, int64_t, int64_t, bool, const float*, int64_t, float*,
+                          int64_t);
+
+// block_products for 1 to kMaxColumns columns: the fewer the columns, the more ways the
+// depth is split (at least 4 chains).
+inline constexpr Products kProducts[kMaxColumns] = {&block_products<1, 4>, &block_products<2, 2>, &block_products<3, 2>,
+                                                    &block_products<4, 1>, &block_products<5, 1>, &block_products<6, 1>,
+                                                    &block_products<7, 1>, &block_products<8, 1>};
+
+}  // namespace step_product
 
 // A product each step repeats with the same weights: out [rows, n] (row stride ldo) =
 // in [rows, k] (row stride ldi) W^T, with W(o, j) at w[o * os + j * ks]. In float32, for
-// batches that stream, the weights are packed once per run into a WeightStream, which
-// streams them once per step; sgemm would pack them again every step.
+// batches that stream, the weights are packed once into blocks of 16 outputs along the
+// depth, which each step streams through once per 8 rows of the batch, their sums in
+// registers. A run alternates `backwards` from step to step: the blocks the last step read
+// are still in the core's cache (weights of about its size, 1 MB for an LSTM of H = 256,
+// read in one order every step, would each be evicted just before being read again).
 template <typename T>
 class StepProduct {
  public:
   StepProduct(const T* w, int64_t n, int64_t k, int64_t os, int64_t ks, int64_t rows)
       : w_(w), n_(n), k_(k), os_(os), ks_(ks) {
     if constexpr (std::is_same_v<T, float>) {
-      if (streamed(rows) && n > 0 && k > 0) stream_ = std::make_unique<WeightStream>(w, n, k, os, ks);
+      if (streamed(rows) && n > 0 && k > 0) pack();
     }
   }
 
-  void run(const T* in, int64_t ldi, T* out, int64_t ldo, int64_t rows) const {
+  void run(const T* in, int64_t ldi, T* out, int64_t ldo, int64_t rows, bool backwards = false) const {
     if constexpr (std::is_same_v<T, float>) {
-      if (stream_) {
-        stream_->multiply(
-            in, rows, 1, ldi, static_cast<int64_t>(onednn::kBytesPerThread),
-            [&](int64_t first, int64_t count, int64_t first_row, int64_t count_rows, const WeightStream::Lanes* sums) {
-              for (int64_t i = 0; i < count_rows; ++i) {
-                T* o = out + (first_row + i) * ldo + first;
-                for (int64_t j = 0; j < count; ++j) o[j] = sums[i][j];
-              }
-            });
+      if (packed_.numel() > 0 && streamed(rows)) {
+        run_packed(in, ldi, out, ldo, rows, backwards);
         return;
       }
     }
@@ -238,9 +291,50 @@ class StepProduct {
   }
 
  private:
+  static constexpr int64_t kBlock = step_product::kBlock;
+
+  // W into [ceil(n / 16)][k][16], zeros past the last output.
+  void pack() {
+    const int64_t blocks = (n_ + kBlock - 1) / kBlock;
+    packed_ = Tensor::zeros(DType::kFloat32, {blocks, k_, kBlock});
+    float* dst = packed_.data<float>();
+    const auto pack = [&](int64_t o, int64_t j) {
+      dst[((o / kBlock) * k_ + j) * kBlock + o % kBlock] = w_[o * os_ + j * ks_];
+    };
+    if (os_ == 1) {  // read W along its rows either way
+      for (int64_t j = 0; j < k_; ++j)
+        for (int64_t o = 0; o < n_; ++o) pack(o, j);
+    } else {
+      for (int64_t o = 0; o < n_; ++o)
+        for (int64_t j = 0; j < k_; ++j) pack(o, j);
+    }
+  }
+
+  void run_packed(const float* in, int64_t ldi, float* out, int64_t ldo, int64_t rows, bool backwards) const {
+    const int64_t blocks = packed_.dim(0);
+    const int64_t block_bytes = k_ * kBlock * static_cast<int64_t>(sizeof(float));
+    const float* packed = packed_.data<float>();
+    parallel_for(blocks, std::max<int64_t>(1, static_cast<int64_t>(onednn::kBytesPerThread) / block_bytes),
+                 [&](int64_t first, int64_t last) {
+                   if (rows <= step_product::kMaxColumns) {
+                     step_product::kProducts[static_cast<size_t>(rows - 1)](packed, k_, n_, first, last, backwards, in,
+                                                                            ldi, out, ldo);
+                     return;
+                   }
+                   // A block's weights, read again for the next rows, come from the cache.
+                   for (int64_t i = 0; i < last - first; ++i)
+                     for (int64_t r = 0; r < rows; r += step_product::kMaxColumns) {
+                       const int64_t block = backwards ? last - 1 - i : first + i;
+                       const int64_t count = std::min(step_product::kMaxColumns, rows - r);
+                       step_product::kProducts[static_cast<size_t>(count - 1)](packed, k_, n_, block, block + 1, false,
+                                                                               in + r * ldi, ldi, out + r * ldo, ldo);
+                     }
+                 });
+  }
+
   const T* w_;
   int64_t n_, k_, os_, ks_;
-  std::unique_ptr<WeightStream> stream_;  // float32 only
+  Tensor packed_;  // float32 only
 };
 
 // ---- the problem: sizes and the inputs of one direction ----
@@ -389,13 +483,30 @@ inline int64_t row_grain(int64_t gh) {
   return std::max<int64_t>(1, 32768 / std::max<int64_t>(1, gh));
 }
 
-// The forward of one direction. y (time-major [seq, batch, H], zero-filled by the caller)
-// gets the outputs; h, c (in: the initial state) end with the final state; `record`, when
-// given, gets what the gradient reads. Defined in recurrent.cc, for float and double.
+// Where a direction's outputs go: row (t, b), H values, at base + t * time_stride +
+// b * batch_stride; nowhere when base is null.
+template <typename T>
+struct OutputRows {
+  T* base = nullptr;
+  int64_t time_stride = 0, batch_stride = 0;
+  T* row(int64_t t, int64_t b) const { return base + t * time_stride + b * batch_stride; }
+};
+
+// The forward of one direction. y gets the outputs (the rows of steps past a row's length
+// are left as they are: the caller zero-fills them); h, c (in: the initial state) end with
+// the final state; `record`, when given, gets what the gradient reads. Defined in
+// recurrent.cc, for float and double.
 template <typename T>
 void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vector<int64_t>& lens,
-                   const Direction<T>& dir, T* y, std::vector<T>& h, std::vector<T>& c, Record<T>* record,
+                   const Direction<T>& dir, OutputRows<T> y, std::vector<T>& h, std::vector<T>& c, Record<T>* record,
                    const StepProduct<T>* packed_recurrent = nullptr, const StepProduct<T>* packed_reset = nullptr);
+
+// The same, y time-major [seq, batch, H] (zero-filled by the caller).
+template <typename T>
+void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vector<int64_t>& lens,
+                   const Direction<T>& dir, T* y, std::vector<T>& h, std::vector<T>& c, Record<T>* record) {
+  run_direction<T>(a, s, lens, dir, OutputRows<T>{y, s.batch * s.hidden, s.hidden}, h, c, record);
+}
 
 // The inputs of direction d (x_time_major: X as time_major_x gives it).
 template <typename T>
