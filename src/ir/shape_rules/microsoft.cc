@@ -89,6 +89,12 @@ void in_place_accumulator(ShapeContext& c) {
   c.set_like(1, 0);
 }
 
+// AdamWOptimizer and SGDOptimizerV2 (over sequences) => (updated flag, the updated sequences).
+void optimizer_over_sequences(ShapeContext& c) {
+  c.set(0, DType::kBool, SymbolicShape{known(1)});
+  for (size_t i = 1; i < c.output_count(); ++i) c.set(i, DType::kSequence, SymbolicShape{});
+}
+
 const ShapeRuleRegistration kMicrosoftShapes{
     {
         {"Gelu", same_as_input},
@@ -113,6 +119,8 @@ const ShapeRuleRegistration kMicrosoftShapes{
         {"FusedMatMul", fused_matmul},
         {"TransposeMatMul", fused_matmul},
         {"InPlaceAccumulatorV2", in_place_accumulator},
+        {"AdamWOptimizer", optimizer_over_sequences},
+        {"SGDOptimizerV2", optimizer_over_sequences},
         {"QuickGelu", same_as_input},
         {"QuickGeluGrad", same_as_input},
         {"SoftmaxCrossEntropyLossInternal", as_onnx<kSoftmaxCrossEntropyLoss>},
