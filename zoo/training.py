@@ -87,31 +87,64 @@ def _token_batches(batch: int, seq: int, vocab: int, seed: int) -> Callable[[int
     return batches
 
 
+# What bench/training_step.py times beyond the parity models (issue 13's trio): a Llama-style
+# decoder of opset-23 nodes, an LSTM next-token model, a GRU classifier and a QAT CNN, at
+# sizes where kernels, not call overhead, decide.
+LLAMA = dict(vocab=512, width=128, layers=2, hidden=352, q_heads=4, kv_heads=2, max_positions=64)
+LLAMA_BATCH, LLAMA_SEQ = 8, 64
+LSTM_VOCAB = 512
+
+
+def training_module(name: str) -> Any:
+    """The torch module of case `name` (fixed seeds): its output is the loss's input."""
+    import torch
+
+    if name in ("mlp", "cnn"):
+        return build_model(name, "train").module
+    if name == "gpt":
+        return _flat_logits(build_model("gpt2", "train").module, 128)
+    if name == "llama":
+        from zoo.llama import LlamaConfig, TinyLlama
+
+        return TinyLlama(LlamaConfig(**LLAMA))
+    from zoo.nets import GruClassifier, LstmLanguageModel, QATNet
+
+    torch.manual_seed(5)
+    if name == "lstm":
+        return LstmLanguageModel(LSTM_VOCAB, embedding=64, hidden=256)
+    if name == "gru":
+        return GruClassifier(features=40, hidden=128, classes=12)
+    if name == "qat":
+        return QATNet(channels=16, size=28, classes=10)
+    raise ValueError(name)
+
+
 def make_case(name: str, folder: Path, dtype: str = "float32") -> TrainingCase:
     """``mlp``, ``cnn`` or ``gpt`` (GPT-2, 2 layers, 64 wide, vocabulary 128), in float32 or
-    float64 (weights and float inputs)."""
+    float64 (weights and float inputs); and, in float32, the bench's ``llama``, ``lstm``,
+    ``gru`` and ``qat`` (training_module)."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}-{dtype}.onnx"
-    if name == "mlp":
-        module = build_model("mlp", "train").module
-        batches = _classification_batches((16, 32), 10, seed=11)
-        input_name = "x"
-    elif name == "cnn":
-        module = build_model("cnn", "train").module
-        batches = _classification_batches((8, 3, 32, 32), 10, seed=12)
-        input_name = "x"
-    elif name == "gpt":
-        vocab = 128
-        module = _flat_logits(build_model("gpt2", "train").module, vocab)
-        batches = _token_batches(4, 16, vocab, seed=13)
-        input_name = "input_ids"
-    else:
-        raise ValueError(name)
+    module = training_module(name)
+    batches, input_name = {
+        "mlp": (_classification_batches((16, 32), 10, seed=11), "x"),
+        "cnn": (_classification_batches((8, 3, 32, 32), 10, seed=12), "x"),
+        "gpt": (_token_batches(4, 16, 128, seed=13), "input_ids"),
+        "llama": (_token_batches(LLAMA_BATCH, LLAMA_SEQ, LLAMA["vocab"], seed=14), "input_ids"),
+        "lstm": (_token_batches(16, 32, LSTM_VOCAB, seed=15), "input_ids"),
+        "gru": (_classification_batches((16, 50, 40), 12, seed=16), "x"),
+        "qat": (_classification_batches((32, 1, 28, 28), 10, seed=17), "x"),
+    }[name]
     if dtype == "float64":
         module = module.double()
         batches = _as_float64(batches)
     module.train()
-    _export(module, batches(1)[0][0], input_name, path)
+    if name == "llama":  # no torch exporter writes its opset-23 nodes (zoo/llama.py)
+        from zoo.llama import to_onnx
+
+        onnx.save(to_onnx(module, np.dtype(dtype), "4d")[0], str(path))
+    else:
+        _export(module, batches(1)[0][0], input_name, path)
     return TrainingCase(name, module, path, input_name, batches)
 
 

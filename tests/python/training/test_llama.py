@@ -2,7 +2,7 @@
 every RMSNorm is one ``RMSNormalization`` node, every rotary embedding one
 ``RotaryEmbedding`` node and every causal grouped-query attention one ``Attention`` node.
 
-The decoder (vocabulary 64, width 32, 4 query heads over 2 key/value heads of size 8, 2
+The decoder (zoo/llama.py: vocabulary 64, width 32, 4 query heads over 2 key/value heads of size 8, 2
 layers, SwiGLU MLP of width 64, sequences of 8, batches of 2) is a torch module. torch has
 no rotary op to export as RotaryEmbedding (and torch 2.9's dynamo exporter fails at
 opset_version=23 in its version converter), so the ONNX graph is written here with
@@ -27,7 +27,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 torch = pytest.importorskip("torch")
 
@@ -35,6 +34,8 @@ import onnxtrain  # noqa: E402
 from onnxtrain.training import artifacts  # noqa: E402
 from onnxtrain.training.api import CheckpointState, Module  # noqa: E402
 from onnxtrain.training.onnxblock import optim  # noqa: E402
+from zoo.llama import LlamaConfig, TinyLlama  # noqa: E402
+from zoo.llama import to_onnx as zoo_to_onnx  # noqa: E402
 from zoo.training import train_artifacts  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -42,162 +43,11 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 STEPS = 100
 LR = 1e-2
 BATCH, SEQ = 2, 8
-VOCAB, WIDTH, LAYERS, HIDDEN = 64, 32, 2, 64
-Q_HEADS, KV_HEADS = 4, 2
-HEAD = WIDTH // Q_HEADS
-EPS = 1e-6
-THETA = 10000.0
-
-
-MAX_POSITIONS = 16  # rows of the rotary caches
-
-
-def rotary_caches() -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin of position * theta^(-2i / HEAD): [MAX_POSITIONS, HEAD / 2], in float64."""
-    inv_freq = THETA ** (-np.arange(0, HEAD, 2, dtype=np.float64) / HEAD)
-    angles = np.arange(MAX_POSITIONS, dtype=np.float64)[:, None] * inv_freq[None, :]
-    return np.cos(angles), np.sin(angles)
-
-
-class Block(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.attn_norm = torch.nn.Parameter(1 + 0.1 * torch.randn(WIDTH))
-        self.q = torch.nn.Linear(WIDTH, Q_HEADS * HEAD, bias=False)
-        self.k = torch.nn.Linear(WIDTH, KV_HEADS * HEAD, bias=False)
-        self.v = torch.nn.Linear(WIDTH, KV_HEADS * HEAD, bias=False)
-        self.o = torch.nn.Linear(Q_HEADS * HEAD, WIDTH, bias=False)
-        self.mlp_norm = torch.nn.Parameter(1 + 0.1 * torch.randn(WIDTH))
-        self.gate = torch.nn.Linear(WIDTH, HIDDEN, bias=False)
-        self.up = torch.nn.Linear(WIDTH, HIDDEN, bias=False)
-        self.down = torch.nn.Linear(HIDDEN, WIDTH, bias=False)
-
-
-class TinyLlama(torch.nn.Module):
-    """Pre-norm decoder: embedding -> LAYERS x (RMSNorm -> causal GQA attention with rotary
-    q/k -> residual; RMSNorm -> SwiGLU -> residual) -> RMSNorm -> head, logits [B * S, VOCAB]."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.embed = torch.nn.Embedding(VOCAB, WIDTH)
-        self.layers = torch.nn.ModuleList(Block() for _ in range(LAYERS))
-        self.norm = torch.nn.Parameter(1 + 0.1 * torch.randn(WIDTH))
-        self.head = torch.nn.Linear(WIDTH, VOCAB, bias=False)
-        cos, sin = rotary_caches()
-        self.register_buffer("cos", torch.from_numpy(cos), persistent=False)
-        self.register_buffer("sin", torch.from_numpy(sin), persistent=False)
-
-    def rotate(self, x: torch.Tensor) -> torch.Tensor:  # x: [B, S, H, D], halves rotated (not interleaved)
-        seq = x.shape[1]
-        cos, sin = self.cos.to(x.dtype)[:seq, None, :], self.sin.to(x.dtype)[:seq, None, :]
-        x1, x2 = x[..., : HEAD // 2], x[..., HEAD // 2 :]
-        return torch.cat([cos * x1 - sin * x2, sin * x1 + cos * x2], dim=-1)
-
-    def attention(self, block: Block, x: torch.Tensor) -> torch.Tensor:
-        batch, seq, _ = x.shape
-        q = self.rotate(block.q(x).view(batch, seq, Q_HEADS, HEAD)).transpose(1, 2)
-        k = self.rotate(block.k(x).view(batch, seq, KV_HEADS, HEAD)).transpose(1, 2)
-        v = block.v(x).view(batch, seq, KV_HEADS, HEAD).transpose(1, 2)
-        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-        return block.o(y.transpose(1, 2).reshape(batch, seq, Q_HEADS * HEAD))
-
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        rms = torch.nn.functional.rms_norm
-        h = self.embed(input_ids)
-        for block in self.layers:
-            h = h + self.attention(block, rms(h, (WIDTH,), block.attn_norm, EPS))
-            x = rms(h, (WIDTH,), block.mlp_norm, EPS)
-            h = h + block.down(torch.nn.functional.silu(block.gate(x)) * block.up(x))
-        return self.head(rms(h, (WIDTH,), self.norm, EPS)).reshape(-1, VOCAB)
-
-
-class GraphWriter:
-    """Nodes and initializers of a graph being written."""
-
-    def __init__(self, dtype: np.dtype) -> None:
-        self.dtype = dtype
-        self.nodes: list[onnx.NodeProto] = []
-        self.initializers: list[onnx.TensorProto] = []
-        self.trainable: list[str] = []
-
-    def weight(self, name: str, value: torch.Tensor) -> str:
-        self.constant(value.detach().numpy().astype(self.dtype), name)
-        self.trainable.append(name)
-        return name
-
-    def constant(self, value: np.ndarray, name: str) -> str:
-        self.initializers.append(numpy_helper.from_array(value, name))
-        return name
-
-    def node(self, op: str, inputs: list[str], output: str, **attributes) -> str:  # type: ignore[no-untyped-def]
-        self.nodes.append(helper.make_node(op, inputs, [output], name=output, **attributes))
-        return output
-
-    def linear(self, x: str, layer: torch.nn.Linear, name: str) -> str:
-        return self.node("MatMul", [x, self.weight(f"{name}.weight", layer.weight.T)], f"{name}.out")
-
-    def rms(self, x: str, scale: str, name: str) -> str:
-        stash = TensorProto.DOUBLE if self.dtype == np.float64 else TensorProto.FLOAT
-        return self.node("RMSNormalization", [x, scale], name, axis=-1, epsilon=EPS, stash_type=stash)
+VOCAB = LlamaConfig().vocab
 
 
 def to_onnx(net: TinyLlama, dtype: np.dtype, layout: str) -> tuple[onnx.ModelProto, list[str]]:
-    """The ONNX graph of TinyLlama (opset 23) with the module's weights as initializers, each
-    Linear's weight stored transposed ([in, out]) under the parameter's name for MatMul.
-
-    layout "3d": fixed [BATCH, SEQ] input, RotaryEmbedding and Attention on [B, S, H * D] with
-    num_heads / q_num_heads, kv_num_heads, constant position ids. layout "4d": input
-    [batch, seq] of symbolic sizes, heads split into [B, H, S, D] by Reshape + Transpose as
-    torch's exporters write it, position ids computed from the input's shape.
-    Returns the model and the trainable initializers' names."""
-    g = GraphWriter(dtype)
-    cos, sin = rotary_caches()
-    rope = [g.constant(cos.astype(dtype), "rope.cos"), g.constant(sin.astype(dtype), "rope.sin")]
-    if layout == "3d":
-        rope.append(g.constant(np.tile(np.arange(SEQ, dtype=np.int64), (BATCH, 1)), "rope.positions"))
-    else:
-        shape = g.node("Shape", ["input_ids"], "input_shape")
-        seq = g.node("Gather", [shape, g.constant(np.array(1, dtype=np.int64), "one")], "seq", axis=0)
-        positions = g.node("Range", [g.constant(np.array(0, dtype=np.int64), "zero"), seq, "one"], "positions")
-        row = g.node("Unsqueeze", [positions, g.constant(np.array([0], dtype=np.int64), "axis0")], "positions_row")
-        rope.append(g.node("Expand", [row, shape], "rope.positions"))
-        g.constant(np.array([0, 0, -1, HEAD], dtype=np.int64), "split_heads")
-        g.constant(np.array([0, 0, -1], dtype=np.int64), "merge_heads")
-
-    def heads(x: str) -> str:  # [B, S, H * D] -> [B, H, S, D]
-        split = g.node("Reshape", [x, "split_heads"], f"{x}.split")
-        return g.node("Transpose", [split], f"{x}.heads", perm=[0, 2, 1, 3])
-
-    h = g.node("Gather", [g.weight("embed.weight", net.embed.weight), "input_ids"], "embedded")
-    for i, block in enumerate(net.layers):
-        p = f"layers.{i}"
-        x = g.rms(h, g.weight(f"{p}.attn_norm", block.attn_norm), f"{p}.attn_rms")
-        q, k, v = (g.linear(x, getattr(block, n), f"{p}.{n}") for n in "qkv")
-        if layout == "3d":
-            q = g.node("RotaryEmbedding", [q, *rope], f"{p}.q_rot", num_heads=Q_HEADS)
-            k = g.node("RotaryEmbedding", [k, *rope], f"{p}.k_rot", num_heads=KV_HEADS)
-            y = g.node("Attention", [q, k, v], f"{p}.attn", is_causal=1, q_num_heads=Q_HEADS, kv_num_heads=KV_HEADS)
-        else:
-            q = g.node("RotaryEmbedding", [heads(q), *rope], f"{p}.q_rot")
-            k = g.node("RotaryEmbedding", [heads(k), *rope], f"{p}.k_rot")
-            y = g.node("Attention", [q, k, heads(v)], f"{p}.attn4", is_causal=1)
-            y = g.node("Transpose", [y], f"{p}.attn_swapped", perm=[0, 2, 1, 3])
-            y = g.node("Reshape", [y, "merge_heads"], f"{p}.attn")
-        h = g.node("Add", [h, g.linear(y, block.o, f"{p}.o")], f"{p}.h_attn")
-        x = g.rms(h, g.weight(f"{p}.mlp_norm", block.mlp_norm), f"{p}.mlp_rms")
-        gate = g.linear(x, block.gate, f"{p}.gate")
-        silu = g.node("Mul", [gate, g.node("Sigmoid", [gate], f"{p}.gate_sigmoid")], f"{p}.silu")
-        swiglu = g.node("Mul", [silu, g.linear(x, block.up, f"{p}.up")], f"{p}.swiglu")
-        h = g.node("Add", [h, g.linear(swiglu, block.down, f"{p}.down")], f"{p}.h_mlp")
-    logits = g.linear(g.rms(h, g.weight("norm", net.norm), "final_rms"), net.head, "head")
-    g.node("Reshape", [logits, g.constant(np.array([-1, VOCAB], dtype=np.int64), "logits_shape")], "logits")
-    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    dims = [BATCH, SEQ] if layout == "3d" else ["batch", "seq"]
-    graph = helper.make_graph(g.nodes, f"tiny_llama_{layout}",
-                              [helper.make_tensor_value_info("input_ids", TensorProto.INT64, dims)],
-                              [helper.make_tensor_value_info("logits", elem, [None, VOCAB])], g.initializers)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=11), g.trainable
+    return zoo_to_onnx(net, dtype, layout, BATCH, SEQ)
 
 
 def batches(steps: int) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -21,39 +21,13 @@ torch = pytest.importorskip("torch")
 from onnxtrain.training import artifacts  # noqa: E402
 from onnxtrain.training.api import CheckpointState, Module  # noqa: E402
 from onnxtrain.training.onnxblock import optim  # noqa: E402
+from zoo.nets import QATNet  # noqa: E402
 from zoo.training import train_artifacts  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 STEPS = 100
 BATCH = 16
-
-
-class QATNet(torch.nn.Module):
-    """conv 3x3 (8 channels) -> ReLU -> max pool -> linear, fake-quantized as QAT does it:
-    weights int8 per output channel, activations uint8 per tensor."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        torch.manual_seed(0)
-        self.conv = torch.nn.Conv2d(1, 8, 3, padding=1)
-        self.fc = torch.nn.Linear(8 * 4 * 4, 10)
-        self.register_buffer("conv_scale", torch.full((8,), 2.0**-7))
-        self.register_buffer("fc_scale", torch.full((10,), 2.0**-8))
-        self.register_buffer("zero", torch.zeros(10, dtype=torch.int32))
-
-    @staticmethod
-    def act(x: torch.Tensor, scale: float, zero_point: int) -> torch.Tensor:
-        return torch.fake_quantize_per_tensor_affine(x, scale, zero_point, 0, 255)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.act(x, 2.0**-5, 128)
-        w = torch.fake_quantize_per_channel_affine(self.conv.weight, self.conv_scale, self.zero[:8], 0, -128, 127)
-        y = torch.relu(torch.nn.functional.conv2d(x, w, self.conv.bias, padding=1))
-        y = self.act(y, 2.0**-5, 0)
-        y = torch.nn.functional.max_pool2d(y, 2).flatten(1)
-        w = torch.fake_quantize_per_channel_affine(self.fc.weight, self.fc_scale, self.zero, 0, -128, 127)
-        return torch.nn.functional.linear(y, w, self.fc.bias)
 
 
 def batches(steps: int) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 from onnxtrain.training import artifacts  # noqa: E402
 from onnxtrain.training.onnxblock import optim  # noqa: E402
 from zoo.training import TrainingCase, _classification_batches, _export, _token_batches, _as_float64  # noqa: E402
+from zoo.nets import GruClassifier, LstmLanguageModel  # noqa: E402
 from zoo.training import torch_losses, train_artifacts, trainable_names  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -25,33 +26,10 @@ LR = 1e-2
 VOCAB = 24
 
 
-class LstmLanguageModel(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.embedding = torch.nn.Embedding(VOCAB, 16)
-        self.lstm = torch.nn.LSTM(16, 20, batch_first=True)
-        self.head = torch.nn.Linear(20, VOCAB)
-
-    def forward(self, input_ids):  # type: ignore[no-untyped-def]
-        y, _ = self.lstm(self.embedding(input_ids))
-        return self.head(y).reshape(-1, VOCAB)
-
-
-class GruClassifier(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.gru = torch.nn.GRU(6, 12, batch_first=True, bidirectional=True)
-        self.head = torch.nn.Linear(24, 5)
-
-    def forward(self, x):  # type: ignore[no-untyped-def]
-        _, h = self.gru(x)  # [2, batch, 12]
-        return self.head(torch.cat([h[0], h[1]], dim=1))
-
-
 def make_case(name: str, folder: Path, dtype: str) -> TrainingCase:
     torch.manual_seed(5)
     if name == "lstm-lm":
-        module, batches, input_name = LstmLanguageModel(), _token_batches(4, 10, VOCAB, seed=21), "input_ids"
+        module, batches, input_name = LstmLanguageModel(VOCAB), _token_batches(4, 10, VOCAB, seed=21), "input_ids"
     else:
         module, batches, input_name = GruClassifier(), _classification_batches((8, 7, 6), 5, seed=22), "x"
     if dtype == "float64":
