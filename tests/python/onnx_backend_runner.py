@@ -507,10 +507,16 @@ def compare_outputs(
         return f"run returned a {type(actual).__name__}, expected a list of arrays"
     if len(actual) != len(expected):
         return f"{len(actual)} outputs, expected {len(expected)}"
+    return first_difference(expected, actual, lambda i: f"output {i} '{names[i]}'", rtol, atol)
+
+
+def first_difference(expected: Sequence[Any], actual: Sequence[Any], label: Callable[[int], str], rtol: float,
+                     atol: float) -> str | None:
+    """The first pair of values that differ, described after its `label`; None when all match."""
     for i, (want, got) in enumerate(zip(expected, actual)):
         problem = compare_tensor(want, got, rtol, atol)
         if problem:
-            return f"output {i} '{names[i]}': {problem}"
+            return f"{label(i)}: {problem}"
     return None
 
 
@@ -524,11 +530,7 @@ def compare_tensor(expected: Any, actual: Any, rtol: float, atol: float) -> str 
             return f"got a {type(actual).__name__}, expected a list of {len(expected)} arrays"
         if len(actual) != len(expected):
             return f"a sequence of {len(actual)} tensors, expected {len(expected)}"
-        for k, (want, got) in enumerate(zip(expected, actual)):
-            problem = compare_tensor(want, got, rtol, atol)
-            if problem:
-                return f"element {k}: {problem}"
-        return None
+        return first_difference(expected, actual, lambda k: f"element {k}", rtol, atol)
     if not isinstance(actual, np.ndarray):
         return f"got a {type(actual).__name__}, expected a numpy array"
     if actual.dtype != expected.dtype:
