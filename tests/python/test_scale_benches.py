@@ -50,3 +50,17 @@ def test_inference_scale_prints_the_tables_and_matching_outputs(tmp_path):
     line = next(line for line in printed.splitlines() if line.strip().startswith("gpt b1 T8: max |difference|"))
     difference, largest = (float(part.split()[-1]) for part in line.split(":", 1)[1].split(","))
     assert difference <= 1e-4 * largest, line
+
+
+def test_scaling_sweeps_both_sizes_and_writes_the_curves(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "scaling.py"), "--models", "gpt", "--seq-lens", "8,16", "--batch", "1",
+         "--batches", "1,2", "--seq-len", "8", "--steps", "1", "--warmup", "0", "--rounds", "1", "--threads", "1",
+         "--out", str(tmp_path / "curves"), "--work", str(tmp_path / "work")],
+        capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| gpt |")]
+    assert [row.split("|")[2:5] for row in rows] == [[" seq ", " 1 ", " 8 "], [" seq ", " 1 ", " 16 "],
+                                                     [" batch ", " 1 ", " 8 "], [" batch ", " 2 ", " 8 "]]
+    assert (tmp_path / "curves.png").stat().st_size > 10_000
+    assert "| gpt | seq | 1 | 16 |" in (tmp_path / "curves.md").read_text()
