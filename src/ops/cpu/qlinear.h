@@ -7,6 +7,7 @@
 #include <onnxtrain/tensor.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -257,9 +258,36 @@ inline std::vector<float> read_scale(KernelContext& ctx, size_t index, int64_t c
   return values;
 }
 
+// saturate(round(acc * multiplier) + zero_point) as T, rounding to nearest even; a NaN
+// product counts as 0. Rounding commutes with clamping to whole numbers, so the product is
+// clamped to the output's range less the zero point first, and then rounded.
+template <typename T>
+ONNXTRAIN_VECTOR_INLINE T requantized(int32_t acc, float multiplier, float zero_point, float lo, float hi) {
+  const float product = static_cast<float>(acc) * multiplier;
+  const float v = product != product ? 0.0f : std::min(std::max(product, lo - zero_point), hi - zero_point);
+  return static_cast<T>(static_cast<int32_t>(vector_math::round_to_int(v) + zero_point));
+}
+
+// requantized() on 16 lanes, in int32 (each lane within T's range), written with vector
+// selects (the scalar form's compile to mask juggling on 4-lane registers). Adding
+// 1.5 * 2^23 to v (|v| < 2^22) leaves round(v) in the low bits of the sum's mantissa: an
+// integer subtraction gets it, the zero point added.
+ONNXTRAIN_VECTOR_INLINE vector_math::Vector<int32_t, 16> requantized_lanes(vector_math::Vector<int32_t, 16> acc,
+                                                                           vector_math::Vector<float, 16> multiplier,
+                                                                           float zero_point, float lo, float hi) {
+  using Floats = vector_math::Vector<float, 16>;
+  using Ints = vector_math::Vector<int32_t, 16>;
+  const Floats zero{}, low = zero + (lo - zero_point), high = zero + (hi - zero_point);
+  const Floats product = __builtin_convertvector(acc, Floats) * multiplier;
+  Floats v = product == product ? product : zero;
+  v = v < low ? low : v;
+  v = high < v ? high : v;
+  return std::bit_cast<Ints>(v + 12582912.0f) - (0x4B400000 - static_cast<int32_t>(zero_point));
+}
+
 // y[j] = saturate(round((c[j] + add[j]) * multiplier) + zero_point) for j < n, the
-// multiplier per column or one for all, rounding to nearest even; a loop the compiler
-// vectorizes (locals only, restrict pointers: byte stores would otherwise alias them all).
+// multiplier per column or one for all; a loop the compiler vectorizes (locals only,
+// restrict pointers: byte stores would otherwise alias them all).
 template <typename T, bool kPerColumn>
 ONNXTRAIN_MULTIVERSIONED void requantize_row(const int32_t* __restrict c, int64_t n, const int32_t* __restrict add,
                                              const float* __restrict multiplier, float zero_point, float lo, float hi,
@@ -267,9 +295,7 @@ ONNXTRAIN_MULTIVERSIONED void requantize_row(const int32_t* __restrict c, int64_
   const float one_multiplier = multiplier[0];
   for (int64_t j = 0; j < n; ++j) {
     const int32_t acc = add ? c[j] + add[j] : c[j];
-    const float product = static_cast<float>(acc) * (kPerColumn ? multiplier[j] : one_multiplier);
-    const float v = product != product ? 0.0f : std::min(std::max(product, -4194304.0f), 4194304.0f);  // < 2^22
-    y[j] = static_cast<T>(static_cast<int32_t>(std::min(std::max(vector_math::round_to_int(v) + zero_point, lo), hi)));
+    y[j] = requantized<T>(acc, kPerColumn ? multiplier[j] : one_multiplier, zero_point, lo, hi);
   }
 }
 

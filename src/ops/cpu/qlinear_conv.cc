@@ -2,10 +2,15 @@
 // patches (qlinear.h's IntegerGemm), or a direct loop where patches would cost more; the
 // arithmetic is described at the top of qlinear.cc.
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -64,6 +69,87 @@ void transpose(U* dst, const U* src, int64_t rows, int64_t cols, int64_t dst_row
                    transpose_block(dst + r0 * dst_row, src + r0, std::min(kBlock, rows - r0), cols, dst_row, src_col);
                  }
                });
+}
+
+// Bytes16 rows r[i] become columns (r[i][j] -> r[j][i]): four rounds of interleaving row i
+// with row i + 8, each rotating the index bits by one.
+using Bytes16 = vector_math::Vector<uint8_t, 16>;
+ONNXTRAIN_VECTOR_INLINE void transpose_16x16(Bytes16 r[16]) {
+  for (int round = 0; round < 4; ++round) {
+    Bytes16 u[16];
+    for (int i = 0; i < 8; ++i) {
+      u[2 * i] = __builtin_shufflevector(r[i], r[i + 8], 0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+      u[2 * i + 1] =
+          __builtin_shufflevector(r[i], r[i + 8], 8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    }
+    for (int i = 0; i < 16; ++i) r[i] = u[i];
+  }
+}
+
+// A product c [pixels, m] plus add[j], requantized into the output's channel planes:
+// y[j * plane + p] for channel j and pixel p (`multiplier` and `add` hold m values). In
+// tiles of 16 pixels x 16 channels, requantized along the channels and transposed in
+// registers; the edges one by one.
+template <typename T>
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void requantize_to_planes(const int32_t* __restrict c, int64_t m,
+                                                                    int64_t pixels, const int32_t* __restrict add,
+                                                                    const float* __restrict multiplier,
+                                                                    float zero_point, float lo, float hi,
+                                                                    T* __restrict y, int64_t plane) {
+  constexpr int64_t kTile = 16;
+  using Ints = vector_math::Vector<int32_t, kTile>;
+  using Floats = vector_math::Vector<float, kTile>;
+  const int64_t full_m = m / kTile * kTile, full_pixels = pixels / kTile * kTile;
+  for (int64_t j0 = 0; j0 < full_m; j0 += kTile) {
+    Ints bias;
+    Floats scale;
+    std::memcpy(&bias, add + j0, sizeof bias);
+    std::memcpy(&scale, multiplier + j0, sizeof scale);
+    for (int64_t p0 = 0; p0 < full_pixels; p0 += kTile) {
+      Bytes16 rows[kTile];
+      for (int64_t i = 0; i < kTile; ++i) {
+        Ints acc;
+        std::memcpy(&acc, c + (p0 + i) * m + j0, sizeof acc);
+        // The low byte of each lane (a byte shuffle: GCC makes element-wise moves of a
+        // narrowing conversion that is followed by shuffles).
+        const auto bytes = std::bit_cast<vector_math::Vector<uint8_t, 64>>(
+            qlinear::requantized_lanes(acc + bias, scale, zero_point, lo, hi));
+        rows[i] = __builtin_shufflevector(bytes, bytes, 0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60);
+      }
+      transpose_16x16(rows);
+      for (int64_t j = 0; j < kTile; ++j) std::memcpy(y + (j0 + j) * plane + p0, &rows[j], sizeof rows[j]);
+    }
+  }
+  const auto one = [&](int64_t p, int64_t j) {
+    y[j * plane + p] = qlinear::requantized<T>(c[p * m + j] + add[j], multiplier[j], zero_point, lo, hi);
+  };
+  for (int64_t p = 0; p < full_pixels; ++p)
+    for (int64_t j = full_m; j < m; ++j) one(p, j);
+  for (int64_t p = full_pixels; p < pixels; ++p)
+    for (int64_t j = 0; j < m; ++j) one(p, j);
+}
+
+// The whole product c [pixels, m] requantized into planes (see requantize_to_planes), on
+// threads by tiles of pixels.
+template <typename T>
+void requantize_product(const Requantize& q, const int32_t* c, int64_t pixels, int64_t m,
+                        const std::vector<int32_t>& add, const std::vector<float>& multiplier, T* y, int64_t plane) {
+  const int64_t tiles = (pixels + 15) / 16;
+  parallel_for(tiles, std::max<int64_t>(1, 4096 / std::max<int64_t>(m, 1)), [&](int64_t begin, int64_t end) {
+    const int64_t first = begin * 16, last = std::min(end * 16, pixels);
+    requantize_to_planes<T>(c + first * m, m, last - first, add.data(), multiplier.data(), q.zero_point, q.lo, q.hi,
+                            y + first, plane);
+  });
+}
+
+// The bias (zeros when there is none) and the multipliers of channels [first, first + count),
+// one value per channel.
+void channel_terms(const Tensor* bias, const std::vector<float>& multipliers, int64_t first, int64_t count,
+                   std::vector<int32_t>& add, std::vector<float>& multiplier) {
+  add.assign(static_cast<size_t>(count), 0);
+  if (bias) std::copy_n(bias->data<int32_t>() + first, count, add.begin());
+  multiplier.assign(static_cast<size_t>(count), multipliers[0]);
+  if (multipliers.size() > 1) std::copy_n(multipliers.begin() + first, count, multiplier.begin());
 }
 
 // The patches of one group as rows, tap-major: patches[p, t * channels + c] is channel c of
@@ -171,7 +257,8 @@ class IntegerConvKernel final : public OpKernel {
     Tensor channels_last = ctx.allocate_scratch(x.dtype(), {s.plane, g.c});
     Tensor patches = ctx.allocate_scratch(x.dtype(), {s.pixels, s.depth});
     Tensor product = ctx.allocate_scratch(DType::kInt32, {s.pixels, s.per_group});
-    Tensor requantized = ctx.allocate_scratch(out.dtype(), {s.pixels, s.per_group});  // QLinearConv's, unused else
+    std::vector<int32_t> add;  // QLinearConv's bias and multipliers per channel of a group
+    std::vector<float> multiplier;
     const int32_t* pp = product.data<int32_t>();
     for (int64_t image = 0; image < g.n; ++image) {
       dispatch<int8_t, uint8_t>(x.dtype(), "X", [&]<typename T>() {  // NCHW -> NHWC
@@ -197,21 +284,9 @@ class IntegerConvKernel final : public OpKernel {
           transpose(out.data<int32_t>() + first * s.pixels, pp, s.per_group, s.pixels, s.pixels, s.per_group);
           continue;
         }
-        const int32_t* bias_values = bias ? bias->data<int32_t>() + group * s.per_group : nullptr;
-        std::vector<float> group_multipliers(multipliers);
-        if (multipliers.size() > 1) {
-          group_multipliers.assign(multipliers.begin() + group * s.per_group,
-                                   multipliers.begin() + (group + 1) * s.per_group);
-        }
+        channel_terms(bias, multipliers, group * s.per_group, s.per_group, add, multiplier);
         dispatch<int8_t, uint8_t>(out.dtype(), "QLinearConv output", [&]<typename T>() {
-          T* rq = requantized.data<T>();
-          parallel_for(s.pixels, std::max<int64_t>(1, 16384 / std::max<int64_t>(s.per_group, 1)),
-                       [&](int64_t begin, int64_t end) {
-                         for (int64_t p = begin; p < end; ++p)
-                           q.row(pp + p * s.per_group, s.per_group, bias_values, group_multipliers,
-                                 rq + p * s.per_group);
-                       });
-          transpose(out.data<T>() + first * s.pixels, rq, s.per_group, s.pixels, s.pixels, s.per_group);
+          requantize_product(q, pp, s.pixels, s.per_group, add, multiplier, out.data<T>() + first * s.pixels, s.pixels);
         });
       }
     }
@@ -220,7 +295,14 @@ class IntegerConvKernel final : public OpKernel {
  private:
   // oneDNN's int8 convolution, which needs no patches: where it is exact (VNNI) and takes
   // the zero points (W signed with zero point 0; X's applied by oneDNN, padding counting as
-  // it). In NHWC, the image transposed in and the result out. False where it does not serve.
+  // it). False where it does not serve.
+  //
+  // It runs in bands of output rows (along the first spatial axis), each band a task on one
+  // thread: the band's input rows transposed to NHWC, convolved into an int32 buffer small
+  // enough to stay in the cache, and requantized (or transposed) from there into the output
+  // planes. The whole image at once left 800 KB of int32 products (64 x 56 x 56) to read
+  // back from L3 (60 us of 0.63 ms), and on two threads cost four parallel regions a run
+  // where the bands take one.
   bool run_direct(KernelContext& ctx, const ConvGeometry& g, const ConvSizes& s, const ZeroPoint& zx,
                   const ZeroPoint& zw, const Tensor* bias, const Requantize& q, const std::vector<float>& multipliers,
                   Tensor& out) {
@@ -229,103 +311,182 @@ class IntegerConvKernel final : public OpKernel {
     const double work = static_cast<double>(g.n) * static_cast<double>(s.pixels) * static_cast<double>(g.m) *
                         static_cast<double>(s.depth);
     if (!onednn_int8_is_exact() || w.dtype() != DType::kInt8 || !zw.zero() || work < kMinOnednnWork) return false;
-    const int64_t plane_out = s.pixels;
-    direct_key_.clear();
+    const int threads = std::max(1, ctx.num_threads());
+    direct_key_.assign({threads});
     onednn::append_key(direct_key_, x);
-    DirectConv* direct = direct_.find(direct_key_);
-    if (direct == nullptr) {
-      DirectConv made = prepare_direct(ctx, g, x);
-      if (!made.primitive) return false;  // only oneDNN's reference kernel: the product path serves
-      direct = &direct_.insert(direct_key_, std::move(made));
+    DirectPlan* plan = direct_.find(direct_key_);
+    if (plan == nullptr) {
+      DirectPlan made = plan_direct(g, x, threads);
+      if (made.convs.empty()) return false;  // only oneDNN's reference kernel: the product path serves
+      plan = &direct_.insert(direct_key_, std::move(made));
     }
-    const DType x_type = x.dtype();
-    Tensor src = ctx.allocate_scratch(x_type, {g.n, s.plane, g.c});
-    Tensor dst = ctx.allocate_scratch(DType::kInt32, {g.n, plane_out, g.m});
-    dispatch<int8_t, uint8_t>(x_type, "X", [&]<typename T>() {  // NCHW -> NHWC
-      for (int64_t image = 0; image < g.n; ++image) {
-        transpose(src.data<T>() + image * s.plane * g.c, x.data<T>() + image * g.c * s.plane, s.plane, g.c, g.c,
-                  s.plane);
-      }
-    });
-    const Tensor weights = w_constant_ ? Tensor() : direct_weights(*direct, w);
-    const int32_t zero_point = zx.at(0);
-    // One image per call: oneDNN 2.6's brgconv took 1.5 to 4 ms per image for a batch of 8
-    // (64 x 56 x 56, 3 x 3), against 0.5 ms for one.
-    const void* weights_data = w_constant_ ? direct->packed_weights.raw_data() : weights.raw_data();
-    for (int64_t image = 0; image < g.n; ++image) {
-      direct->primitive->run(ctx,
-                             {{DNNL_ARG_SRC, static_cast<const std::byte*>(src.raw_data()) + image * s.plane * g.c},
-                              {DNNL_ARG_WEIGHTS, weights_data},
-                              {DNNL_ARG_DST, dst.data<int32_t>() + image * plane_out * g.m},
-                              {DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, &zero_point}});
-    }
-    const int32_t* product = dst.data<int32_t>();
-    for (int64_t image = 0; image < g.n; ++image) {
-      const int32_t* pi = product + image * plane_out * g.m;
-      if (!quantized_) {
-        transpose(out.data<int32_t>() + image * g.m * plane_out, pi, g.m, plane_out, plane_out, g.m);
+    std::vector<const void*> weights(plan->convs.size());
+    std::vector<Tensor> reordered;  // W in the primitives' layouts for this run, when it is not constant
+    for (size_t i = 0; i < weights.size(); ++i) {
+      const BandConv& conv = plan->convs[i];
+      if (w_constant_) {
+        weights[i] = packed_w_.in_layout(plan->weights_user, w.raw_data(), conv.weights).raw_data();
         continue;
       }
-      dispatch<int8_t, uint8_t>(out.dtype(), "QLinearConv output", [&]<typename T>() {
-        Tensor requantized = ctx.allocate_scratch(out.dtype(), {plane_out, g.m});
-        T* rq = requantized.data<T>();
-        const int32_t* bias_values = bias ? bias->data<int32_t>() : nullptr;
-        parallel_for(plane_out, std::max<int64_t>(1, 16384 / std::max<int64_t>(g.m, 1)),
-                     [&](int64_t begin, int64_t end) {
-                       for (int64_t p = begin; p < end; ++p)
-                         q.row(pi + p * g.m, g.m, bias_values, multipliers, rq + p * g.m);
-                     });
-        transpose(out.data<T>() + image * g.m * plane_out, rq, g.m, plane_out, plane_out, g.m);
-      });
+      reordered.push_back(Tensor::empty(DType::kUInt8, {static_cast<int64_t>(conv.weights.get_size())}));
+      onednn::reorder(plan->weights_user, w.raw_data(), conv.weights, reordered.back().raw_data());
+      weights[i] = reordered.back().raw_data();
     }
+    std::vector<int32_t> add;
+    std::vector<float> multiplier;
+    if (quantized_) channel_terms(bias, multipliers, 0, g.m, add, multiplier);
+    // Each thread's input rows, products and oneDNN scratchpad.
+    const int64_t in_bytes = plan->max_in_rows * plan->in_row * g.c;
+    const int64_t dst_bytes = plan->max_out_rows * plan->out_row * g.m * 4;
+    const int64_t slot_bytes = (in_bytes + dst_bytes + static_cast<int64_t>(plan->scratchpad_bytes) + 63) / 64 * 64;
+    Tensor buffers = onednn::scratch_bytes(ctx, static_cast<size_t>(slot_bytes * plan->threads));
+    const int32_t zero_point = zx.at(0);
+    const auto bands = static_cast<int64_t>(plan->bands.size());
+    std::atomic<int> next_slot{0};
+    dispatch<int8_t, uint8_t>(x.dtype(), "X", [&]<typename T>() {
+      parallel_for(g.n * bands, 1, [&](int64_t begin, int64_t end) {
+        const int slot = next_slot.fetch_add(1);
+        std::byte* buffer = static_cast<std::byte*>(buffers.raw_data()) + slot * slot_bytes;
+        auto* src = reinterpret_cast<T*>(buffer);
+        auto* dst = reinterpret_cast<int32_t*>(buffer + in_bytes);
+        std::byte* scratchpad = buffer + in_bytes + dst_bytes;
+        for (int64_t task = begin; task < end; ++task) {
+          const int64_t image = task / bands;
+          const Band& band = plan->bands[static_cast<size_t>(task % bands)];
+          BandConv& conv = plan->convs[band.conv];
+          const T* x_image = x.data<T>() + image * g.c * s.plane;
+          transpose(src, x_image + band.first_in * plan->in_row, band.in_rows * plan->in_row, g.c, g.c, s.plane);
+          std::unordered_map<int, memory>& args = conv.args[static_cast<size_t>(slot)];
+          args.at(DNNL_ARG_SRC).set_data_handle(src);
+          args.at(DNNL_ARG_WEIGHTS).set_data_handle(const_cast<void*>(weights[band.conv]));
+          args.at(DNNL_ARG_DST).set_data_handle(dst);
+          args.at(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC).set_data_handle(const_cast<int32_t*>(&zero_point));
+          if (plan->scratchpad_bytes > 0) args.at(DNNL_ARG_SCRATCHPAD).set_data_handle(scratchpad);
+          {
+            onednn::ThreadScope one(1);
+            onednn::execute(conv.primitive, args);
+          }
+          const int64_t first = band.first_out * plan->out_row, pixels = band.out_rows * plan->out_row;
+          if (quantized_) {
+            dispatch<int8_t, uint8_t>(out.dtype(), "QLinearConv output", [&]<typename Y>() {
+              requantize_to_planes<Y>(dst, g.m, pixels, add.data(), multiplier.data(), q.zero_point, q.lo, q.hi,
+                                      out.data<Y>() + image * g.m * s.pixels + first, s.pixels);
+            });
+          } else {
+            transpose(out.data<int32_t>() + image * g.m * s.pixels + first, dst, g.m, pixels, s.pixels, g.m);
+          }
+        }
+      });
+    });
     return true;
   }
 
-  struct DirectConv {
-    std::optional<onednn::Primitive> primitive;
-    memory::desc weights_user, weights;
-    Tensor packed_weights;  // W in the primitive's layout (with oneDNN's zero point compensation)
+  // Output rows [first_out, first_out + out_rows) along the first spatial axis, from input
+  // rows [first_in, first_in + in_rows) (padding outside the input).
+  struct Band {
+    int64_t first_out = 0, out_rows = 0, first_in = 0, in_rows = 0;
+    size_t conv = 0;  // its primitive in DirectPlan::convs
   };
 
-  DirectConv prepare_direct(KernelContext& ctx, const ConvGeometry& g, const Tensor& x) {
+  struct BandConv {
+    dnnl::convolution_forward primitive;
+    memory::desc weights;                               // W's layout for it
+    std::vector<std::unordered_map<int, memory>> args;  // one set per thread
+  };
+
+  struct DirectPlan {
+    std::vector<Band> bands;      // of one image
+    std::vector<BandConv> convs;  // one per shape of band (first, middle, last)
+    memory::desc weights_user;
+    int64_t in_row = 1, out_row = 1;  // pixels of one row of the input and of the output
+    int64_t max_in_rows = 0, max_out_rows = 0;
+    size_t scratchpad_bytes = 0;
+    int threads = 1;
+  };
+
+  // Bands of about 128 KB of products, and at least four per thread over the batch; no
+  // convs where oneDNN has only its reference kernel or a band would lie all in padding.
+  static DirectPlan plan_direct(const ConvGeometry& g, const Tensor& x, int threads) {
+    DirectPlan plan;
+    plan.threads = threads;
+    for (size_t a = 1; a < g.spatial(); ++a) {
+      plan.in_row *= g.in[a];
+      plan.out_row *= g.out[a];
+    }
+    const int64_t out_rows = g.out[0];
+    const int64_t by_size = std::max<int64_t>(1, 32768 / std::max<int64_t>(g.m * plan.out_row, 1));
+    int64_t count = std::max((out_rows + by_size - 1) / by_size, (4 * threads + g.n - 1) / g.n);
+    count = std::min(count, out_rows);
+    const int64_t rows = (out_rows + count - 1) / count;
+    const int64_t extent = (g.kernel[0] - 1) * g.dilations[0] + 1;
+    std::map<std::array<int64_t, 4>, size_t> shapes;  // (in rows, pad before, pad after, out rows) -> conv
+    std::vector<std::array<int64_t, 4>> conv_shapes;
+    for (int64_t first = 0; first < out_rows; first += rows) {
+      Band band;
+      band.first_out = first;
+      band.out_rows = std::min(rows, out_rows - first);
+      const int64_t start = first * g.strides[0] - g.pad_begin[0];
+      const int64_t end = (first + band.out_rows - 1) * g.strides[0] - g.pad_begin[0] + extent;
+      band.first_in = std::max<int64_t>(0, start);
+      band.in_rows = std::min(g.in[0], end) - band.first_in;
+      if (band.in_rows <= 0) return {};
+      const std::array<int64_t, 4> shape{band.in_rows, band.first_in - start, end - band.first_in - band.in_rows,
+                                         band.out_rows};
+      auto [it, added] = shapes.try_emplace(shape, conv_shapes.size());
+      if (added) conv_shapes.push_back(shape);
+      band.conv = it->second;
+      plan.max_in_rows = std::max(plan.max_in_rows, band.in_rows);
+      plan.max_out_rows = std::max(plan.max_out_rows, band.out_rows);
+      plan.bands.push_back(band);
+    }
+    plan.weights_user = weights_desc(g, memory::data_type::s8, false);
+    for (const auto& shape : conv_shapes) {
+      std::optional<BandConv> conv = band_conv(g, x, shape, plan);
+      if (!conv) return {};
+      plan.convs.push_back(std::move(*conv));
+    }
+    return plan;
+  }
+
+  // The one-thread primitive of one band shape (in rows, pad before, pad after, out rows).
+  static std::optional<BandConv> band_conv(const ConvGeometry& g, const Tensor& x, const std::array<int64_t, 4>& shape,
+                                           DirectPlan& plan) {
     using tag = memory::format_tag;
     const size_t rank = g.spatial() + 2;
     const tag channels_last = rank == 3 ? tag::nwc : rank == 4 ? tag::nhwc : tag::ndhwc;
-    memory::dims src_dims{1, g.c}, dst_dims{1, g.m};  // one image (see run_direct)
-    src_dims.insert(src_dims.end(), g.in.begin(), g.in.end());
-    dst_dims.insert(dst_dims.end(), g.out.begin(), g.out.end());
+    memory::dims src_dims{1, g.c, shape[0]}, dst_dims{1, g.m, shape[3]};
+    src_dims.insert(src_dims.end(), g.in.begin() + 1, g.in.end());
+    dst_dims.insert(dst_dims.end(), g.out.begin() + 1, g.out.end());
+    std::vector<int64_t> pad_begin = g.pad_begin, pad_end = g.pad_end;
+    pad_begin[0] = shape[1];
+    pad_end[0] = shape[2];
     const memory::desc src(src_dims, *onednn::data_type(x.dtype()), channels_last);
     const memory::desc dst(dst_dims, memory::data_type::s32, channels_last);
-    DirectConv d;
-    d.weights_user = weights_desc(g, memory::data_type::s8, false);
-    const memory::desc weights_any(d.weights_user.dims(), memory::data_type::s8, tag::any);
-    const double flops = 2.0 * static_cast<double>(shape_size(dst_dims)) * static_cast<double>(g.c / g.group) *
-                         static_cast<double>(shape_size(g.kernel));
-    const int threads = onednn::threads_for(flops, onednn::kFlopsPerThread, ctx.num_threads());
-    onednn::ThreadScope scope(threads);
+    const memory::desc weights_any(plan.weights_user.dims(), memory::data_type::s8, tag::any);
+    onednn::ThreadScope scope(1);
     dnnl::primitive_attr attr;
     attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
     const dnnl::convolution_forward::primitive_desc pd(
         dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
-                                        weights_any, dst, to_dims(g.strides), dilation_dims(g), to_dims(g.pad_begin),
-                                        to_dims(g.pad_end)),
+                                        weights_any, dst, to_dims(g.strides), dilation_dims(g), to_dims(pad_begin),
+                                        to_dims(pad_end)),
         onednn::primitive_attr(attr), onednn::engine(), true);
-    if (!pd || onednn::is_reference(pd)) return d;
-    d.weights = pd.weights_desc();
-    d.primitive.emplace(dnnl::convolution_forward(pd), pd, threads);
-    d.primitive->add_argument(DNNL_ARG_SRC, src);
-    d.primitive->add_argument(DNNL_ARG_WEIGHTS, d.weights);
-    d.primitive->add_argument(DNNL_ARG_DST, dst);
-    d.primitive->add_argument(DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, memory::desc({1}, memory::data_type::s32, {1}));
-    if (w_constant_) d.packed_weights = packed_w_.in_layout(d.weights_user, ctx.input(w_index_).raw_data(), d.weights);
-    return d;
-  }
-
-  // W (not constant) in the primitive's layout, for this run.
-  static Tensor direct_weights(const DirectConv& d, const Tensor& w) {
-    Tensor out = Tensor::empty(DType::kUInt8, {static_cast<int64_t>(d.weights.get_size())});
-    onednn::reorder(d.weights_user, w.raw_data(), d.weights, out.raw_data());
-    return out;
+    if (!pd || onednn::is_reference(pd)) return std::nullopt;
+    BandConv conv{dnnl::convolution_forward(pd), pd.weights_desc(), {}};
+    const memory::desc scratchpad = pd.scratchpad_desc();
+    plan.scratchpad_bytes = std::max(plan.scratchpad_bytes, scratchpad.get_size());
+    const memory::desc zero_point({1}, memory::data_type::s32, {1});
+    for (int t = 0; t < plan.threads; ++t) {
+      std::unordered_map<int, memory> args;
+      for (const auto& [arg, desc] :
+           {std::pair{DNNL_ARG_SRC, src}, std::pair{DNNL_ARG_WEIGHTS, conv.weights}, std::pair{DNNL_ARG_DST, dst},
+            std::pair{DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC, zero_point}})
+        args.emplace(arg, memory(desc, onednn::engine(), DNNL_MEMORY_NONE));
+      if (scratchpad.get_size() > 0)
+        args.emplace(DNNL_ARG_SCRATCHPAD, memory(scratchpad, onednn::engine(), DNNL_MEMORY_NONE));
+      conv.args.push_back(std::move(args));
+    }
+    return conv;
   }
 
   bool quantized_;
@@ -333,7 +494,7 @@ class IntegerConvKernel final : public OpKernel {
   ConvAttributes attrs_;
   bool w_constant_;
   std::vector<int64_t> direct_key_;
-  onednn::ShapeCache<DirectConv> direct_;
+  onednn::ShapeCache<DirectPlan> direct_;
   onednn::PackedConstant packed_w_;  // W in the direct convolution's layouts
   std::vector<Tensor> weights_;      // per group: W as B, tap-major (kept when W is constant)
   std::vector<IntegerGemm> gemms_;   // per group: each keeps its weights prepared

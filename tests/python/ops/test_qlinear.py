@@ -166,6 +166,8 @@ CONV_CASES = [
     dict(x=(1, 32, 14, 14), w=(64, 32, 1, 1), attrs={}),
     dict(x=(2, 4, 11), w=(5, 4, 3), attrs={"auto_pad": "SAME_UPPER"}),
     dict(x=(1, 16, 20, 20), w=(32, 16, 3, 3), attrs={"pads": [1, 1, 1, 1]}),
+    # 81 pixels and 20 channels: 16 x 16 tiles of the requantization and the edges of both
+    dict(x=(2, 8, 9, 9), w=(20, 8, 3, 3), attrs={"pads": [1, 1, 1, 1]}),
 ]
 
 
