@@ -16,6 +16,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <system_error>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -478,20 +480,34 @@ inline int forward_threads(const Sizes& s) {
 
 // Runs body(d) for each direction d. A bidirectional net's two directions run side by side
 // on two threads when two are available and the work is worth waking one (each direction
-// then runs on its thread alone); otherwise in turn. An exception in either is rethrown.
+// then runs on its thread alone); otherwise in turn. An exception in either is rethrown. The
+// second direction runs on a std::thread made for it, not in an OpenMP team, whose threads
+// spin when done, taking the core the other direction waits for on cores busy with other
+// work (batch_parts).
 template <typename F>
 void for_each_direction(const Sizes& s, int available, F&& body) {
   const double flops = 2.0 * static_cast<double>(s.seq * s.batch * s.gh() * (s.hidden + s.input));
   if (s.directions == 2 && available >= 2 && flops >= 4 * onednn::kFlopsPerThread) {
-    detail::note_openmp_use();
     std::exception_ptr errors[2];
-#pragma omp parallel for num_threads(2) schedule(static, 1)
-    for (int64_t d = 0; d < 2; ++d) {
+    const auto run = [&](int64_t d) {
+      const ThreadScope one(1);
       try {
         body(d);
       } catch (...) {
         errors[d] = std::current_exception();
       }
+    };
+    std::optional<std::jthread> second;
+    try {
+      second.emplace(run, int64_t{1});
+    } catch (const std::system_error&) {
+      // no thread: this one runs both
+    }
+    run(0);
+    if (second) {
+      second.reset();  // joins
+    } else {
+      run(1);
     }
     for (const std::exception_ptr& e : errors) {
       if (e) std::rethrow_exception(e);
