@@ -72,6 +72,7 @@ class IntegerMatMulKernel final : public OpKernel {
     const auto batches = static_cast<int64_t>(batch.a_offsets.size());
     Tensor c = quantized_ ? ctx.allocate_scratch(DType::kInt32, p.out) : ctx.allocate_output(0, DType::kInt32, p.out);
     int32_t* cp = c.data<int32_t>();
+    std::vector<std::vector<int32_t>> column_adds(static_cast<size_t>(batches));  // QLinearMatMul's, per product
     for (int64_t i = 0; i < batches; ++i) {
       const Matrix8 am{a.dtype(), static_cast<const std::byte*>(a.raw_data()) + batch.a_offsets[static_cast<size_t>(i)],
                        batch.lda, 1};
@@ -83,13 +84,17 @@ class IntegerMatMulKernel final : public OpKernel {
         za_rows.values.resize(static_cast<size_t>(batch.m));
         for (int64_t r = 0; r < batch.m; ++r) za_rows.values[static_cast<size_t>(r)] = za.at(r % rows);
       }
-      gemm_.run(ctx, am, bm, batch.m, batch.k, batch.n, za_rows, zb, cp + i * batch.m * batch.n);
+      gemm_.run(ctx, am, bm, batch.m, batch.k, batch.n, za_rows, zb, cp + i * batch.m * batch.n,
+                quantized_ ? &column_adds[static_cast<size_t>(i)] : nullptr);
     }
-    if (quantized_) requantize(ctx, c, rows, batch.n);
+    if (quantized_) requantize(ctx, c, rows, batch.m, batch.n, column_adds);
   }
 
  private:
-  void requantize(KernelContext& ctx, const Tensor& c, int64_t rows, int64_t n) {
+  // Output 0 from C: row r of C belongs to product r / product_rows, whose column_adds (if
+  // any) it adds.
+  void requantize(KernelContext& ctx, const Tensor& c, int64_t rows, int64_t product_rows, int64_t n,
+                  const std::vector<std::vector<int32_t>>& column_adds) {
     std::vector<float> b_scale;
     float y_scale = 1;
     const Requantize q = read_requantize(ctx, rows, n, "row of A", "column of B", b_scale, y_scale);
@@ -105,7 +110,8 @@ class IntegerMatMulKernel final : public OpKernel {
         std::vector<float> own;
         for (int64_t r = begin; r < end; ++r) {
           if (per_row) q.row_multipliers(r % rows, b_scale, y_scale, own);
-          q.row(cp + r * n, n, nullptr, per_row ? own : shared, y + r * n);
+          const std::vector<int32_t>& add = column_adds[static_cast<size_t>(r / std::max<int64_t>(product_rows, 1))];
+          q.row(cp + r * n, n, add.empty() ? nullptr : add.data(), per_row ? own : shared, y + r * n);
         }
       });
     });

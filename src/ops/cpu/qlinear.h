@@ -7,8 +7,8 @@
 #include <onnxtrain/tensor.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -106,15 +106,20 @@ class IntegerGemm {
   // `b_constant`: B is the same on every run.
   explicit IntegerGemm(bool b_constant = false) : b_constant_(b_constant) {}
 
+  // With `column_add` (QLinear ops, which add it while requantizing): when A has one zero
+  // point for all rows, its term -za colsum(B) is the same for every row; it is left out of
+  // C and handed back there (n values; empty when C is complete), so that oneDNN runs
+  // without a zero point, which cost 8% of a 128 x 768 x 3072 product.
   void run(KernelContext& ctx, const Matrix8& a, const Matrix8& b, int64_t m, int64_t k, int64_t n, const ZeroPoint& za,
-           const ZeroPoint& zb, int32_t* c) {
+           const ZeroPoint& zb, int32_t* c, std::vector<int32_t>* column_add = nullptr) {
+    if (column_add) column_add->clear();
     if (m == 0 || n == 0) return;
     const double work = static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
     if (k == 0 || !onednn_int8_is_exact() || work < kMinOnednnWork) {
       run_loop(a, b, m, k, n, za, zb, c);
       return;
     }
-    run_onednn(ctx, a, b, m, k, n, za, zb, c);
+    run_onednn(ctx, a, b, m, k, n, za, zb, c, column_add);
   }
 
  private:
@@ -130,10 +135,10 @@ class IntegerGemm {
   }
 
   // oneDNN computes (A - za) B' with B' = B + shift, za one value for all of A (given to
-  // it as the source's zero point, so it folds it into the product); per-row zero points
-  // of A and B's zero points are corrections after it.
+  // it as the source's zero point, so it folds it into the product) unless `column_add`
+  // takes that term; per-row zero points of A and B's zero points are corrections after it.
   void run_onednn(KernelContext& ctx, const Matrix8& a, const Matrix8& b, int64_t m, int64_t k, int64_t n,
-                  const ZeroPoint& za, const ZeroPoint& zb, int32_t* c) {
+                  const ZeroPoint& za, const ZeroPoint& zb, int32_t* c, std::vector<int32_t>* column_add) {
     int32_t shift = 0;
     Tensor b_signed;
     const int8_t* b_data = nullptr;
@@ -145,7 +150,9 @@ class IntegerGemm {
       b_signed = signed_b(b, k, n, shift);
       b_data = b_signed.data<int8_t>();
     }
-    const int32_t a_zero_point = za.values.size() == 1 ? za.values[0] : 0;
+    const bool a_per_row = za.values.size() > 1;
+    const bool fold = column_add && !a_per_row && za.values[0] != 0;
+    const int32_t a_zero_point = a_per_row || fold ? 0 : za.values[0];
     const memory::data_type a_type = a.dtype == DType::kUInt8 ? memory::data_type::u8 : memory::data_type::s8;
     const memory::desc a_md({m, k}, a_type, {a.row_stride, a.col_stride});
     const memory::desc b_md = onednn::plain_desc({k, n}, memory::data_type::s8);
@@ -158,14 +165,23 @@ class IntegerGemm {
                             packed_b_, ctx.num_threads());
     });
     run_matmul(ctx, prepared, a.data, b_data, c);
-    correct(a, b_data, m, k, n, za, zb, shift, c);
+    if (fold) {  // -za colsum(B'), wrapping
+      const std::vector<int32_t>& sums = column_sums(b_data, k, n);
+      column_add->resize(static_cast<size_t>(n));
+      for (int64_t j = 0; j < n; ++j) {
+        const uint32_t term = static_cast<uint32_t>(za.values[0]) * static_cast<uint32_t>(sums[static_cast<size_t>(j)]);
+        (*column_add)[static_cast<size_t>(j)] = static_cast<int32_t>(0u - term);
+      }
+    }
+    correct(a, b_data, m, k, n, za, zb, shift, a_per_row ? 0 : za.values[0], c);
   }
 
-  // Turns C = (A - za0) B' (za0: the zero point oneDNN applied, 0 for per-row ones) into
-  // (A - za)(B - zb) = (A - za) B' - (A - za) 1 zb' with zb' = zb + shift:
+  // Turns C = (A - za0) B' (za0: the zero point of A already accounted for, by oneDNN or by
+  // the caller's column_add; 0 for per-row ones) into (A - za)(B - zb) = (A - za) B' -
+  // (A - za) 1 zb' with zb' = zb + shift:
   //   C[r, j] += -(za[r] - za0) colsum(B')[j] - (rowsum(A)[r] - k za[r]) zb'[j].
   void correct(const Matrix8& a, const int8_t* b, int64_t m, int64_t k, int64_t n, const ZeroPoint& za,
-               const ZeroPoint& zb, int32_t shift, int32_t* c) {
+               const ZeroPoint& zb, int32_t shift, int32_t za0, int32_t* c) {
     const bool a_per_row = za.values.size() > 1;
     std::vector<int32_t> zb_shifted(static_cast<size_t>(n));
     bool b_shifted = false;
@@ -181,7 +197,7 @@ class IntegerGemm {
       for (int64_t r = begin; r < end; ++r) {
         const int32_t zar = za.at(r);
         const auto row = static_cast<int32_t>(b_shifted ? a.row_sum(r, k) - k * zar : 0);
-        const int32_t a_shift = a_per_row ? zar : 0;
+        const int32_t a_shift = zar - za0;
         add_corrections(c + r * n, n, a_shift, sums, row, b_shifted ? zbs : nullptr);
       }
     });
@@ -271,31 +287,57 @@ ONNXTRAIN_VECTOR_INLINE T requantized(int32_t acc, float multiplier, float zero_
 // requantized() on 16 lanes, in int32 (each lane within T's range), written with vector
 // selects (the scalar form's compile to mask juggling on 4-lane registers). Adding
 // 1.5 * 2^23 to v (|v| < 2^22) leaves round(v) in the low bits of the sum's mantissa: an
-// integer subtraction gets it, the zero point added.
-ONNXTRAIN_VECTOR_INLINE vector_math::Vector<int32_t, 16> requantized_lanes(vector_math::Vector<int32_t, 16> acc,
-                                                                           vector_math::Vector<float, 16> multiplier,
-                                                                           float zero_point, float lo, float hi) {
+// integer subtraction gets it, the zero point added. (Through references: 64-byte vectors
+// passed by value warn of an ABI change on targets without AVX-512.)
+ONNXTRAIN_VECTOR_INLINE void requantize_lanes(const vector_math::Vector<int32_t, 16>& acc,
+                                              const vector_math::Vector<float, 16>& multiplier, float zero_point,
+                                              float lo, float hi, vector_math::Vector<int32_t, 16>& out) {
   using Floats = vector_math::Vector<float, 16>;
-  using Ints = vector_math::Vector<int32_t, 16>;
   const Floats zero{}, low = zero + (lo - zero_point), high = zero + (hi - zero_point);
   const Floats product = __builtin_convertvector(acc, Floats) * multiplier;
   Floats v = product == product ? product : zero;
   v = v < low ? low : v;
   v = high < v ? high : v;
-  return std::bit_cast<Ints>(v + 12582912.0f) - (0x4B400000 - static_cast<int32_t>(zero_point));
+  const Floats shifted = v + 12582912.0f;
+  std::memcpy(&out, &shifted, sizeof out);
+  out -= 0x4B400000 - static_cast<int32_t>(zero_point);
+}
+
+// The low byte of each of 16 int32 lanes, as 16 bytes (a byte shuffle: GCC turns the
+// narrowing conversion into element-wise moves where shuffles follow it).
+ONNXTRAIN_VECTOR_INLINE void low_bytes(const vector_math::Vector<int32_t, 16>& lanes,
+                                       vector_math::Vector<uint8_t, 16>& out) {
+  vector_math::Vector<uint8_t, 64> bytes;
+  std::memcpy(&bytes, &lanes, sizeof bytes);
+  out = __builtin_shufflevector(bytes, bytes, 0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60);
 }
 
 // y[j] = saturate(round((c[j] + add[j]) * multiplier) + zero_point) for j < n, the
-// multiplier per column or one for all; a loop the compiler vectorizes (locals only,
-// restrict pointers: byte stores would otherwise alias them all).
+// multiplier per column or one for all: 16 columns at a time (requantize_lanes), the rest
+// one by one.
 template <typename T, bool kPerColumn>
-ONNXTRAIN_MULTIVERSIONED void requantize_row(const int32_t* __restrict c, int64_t n, const int32_t* __restrict add,
-                                             const float* __restrict multiplier, float zero_point, float lo, float hi,
-                                             T* __restrict y) {
-  const float one_multiplier = multiplier[0];
-  for (int64_t j = 0; j < n; ++j) {
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void requantize_row(const int32_t* __restrict c, int64_t n,
+                                                              const int32_t* __restrict add,
+                                                              const float* __restrict multiplier, float zero_point,
+                                                              float lo, float hi, T* __restrict y) {
+  using Ints = vector_math::Vector<int32_t, 16>;
+  using Floats = vector_math::Vector<float, 16>;
+  const Floats one_multiplier = Floats{} + multiplier[0];
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    Ints acc, more{}, lanes;
+    Floats scale = one_multiplier;
+    std::memcpy(&acc, c + j, sizeof acc);
+    if (add) std::memcpy(&more, add + j, sizeof more);
+    if (kPerColumn) std::memcpy(&scale, multiplier + j, sizeof scale);
+    requantize_lanes(acc + more, scale, zero_point, lo, hi, lanes);
+    vector_math::Vector<uint8_t, 16> bytes;
+    low_bytes(lanes, bytes);
+    std::memcpy(y + j, &bytes, sizeof bytes);
+  }
+  for (; j < n; ++j) {
     const int32_t acc = add ? c[j] + add[j] : c[j];
-    y[j] = requantized<T>(acc, kPerColumn ? multiplier[j] : one_multiplier, zero_point, lo, hi);
+    y[j] = requantized<T>(acc, kPerColumn ? multiplier[j] : multiplier[0], zero_point, lo, hi);
   }
 }
 

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -108,13 +107,10 @@ ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void requantize_to_planes(const int32_
     for (int64_t p0 = 0; p0 < full_pixels; p0 += kTile) {
       Bytes16 rows[kTile];
       for (int64_t i = 0; i < kTile; ++i) {
-        Ints acc;
+        Ints acc, lanes;
         std::memcpy(&acc, c + (p0 + i) * m + j0, sizeof acc);
-        // The low byte of each lane (a byte shuffle: GCC makes element-wise moves of a
-        // narrowing conversion that is followed by shuffles).
-        const auto bytes = std::bit_cast<vector_math::Vector<uint8_t, 64>>(
-            qlinear::requantized_lanes(acc + bias, scale, zero_point, lo, hi));
-        rows[i] = __builtin_shufflevector(bytes, bytes, 0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60);
+        qlinear::requantize_lanes(acc + bias, scale, zero_point, lo, hi, lanes);
+        qlinear::low_bytes(lanes, rows[i]);
       }
       transpose_16x16(rows);
       for (int64_t j = 0; j < kTile; ++j) std::memcpy(y + (j0 + j) * plane + p0, &rows[j], sizeof rows[j]);
