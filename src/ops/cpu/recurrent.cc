@@ -233,6 +233,9 @@ struct Recurrence {
     const T* rbh = gru && dir.rb != nullptr ? dir.rb + 2 * H : nullptr;
     const T* bi = bias;
     const T *pi = dir.p, *po = dir.p != nullptr ? dir.p + H : nullptr, *pf = dir.p != nullptr ? dir.p + 2 * H : nullptr;
+    using Kind = Activation::Kind;
+    const bool plain_lstm = a.cell == Cell::kLstm && dir.f.kind == Kind::kSigmoid && dir.g.kind == Kind::kTanh &&
+                            dir.h.kind == Kind::kTanh && !a.clip && dir.p == nullptr && !a.input_forget;
     for (int64_t step = 0; step < s.seq; ++step) {
       const bool backwards = step % 2 == 1;
       recurrent_product.run(hprev_all, H, rec.data(), GH, rows, backwards);
@@ -300,6 +303,8 @@ struct Recurrence {
             activate(dir.g, a.clip, xh, ht, H);
             for (int64_t j = 0; j < H; ++j) hb[j] = (T(1) - z[j]) * ht[j] + z[j] * hp[j];
             if (record != nullptr) std::copy(act, act + GH, record->act.data() + row * GH);
+          } else if (plain_lstm && record == nullptr) {
+            plain_lstm_cell(pre, xr, bi, c + b * H, hb, H);
           } else {
             for (int64_t j = 0; j < GH; ++j) pre[j] += xr[j] + bi[j];
             // gates i o f c at 0, H, 2H, 3H

@@ -461,6 +461,24 @@ ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void activate(const Activation& act, c
   }
 }
 
+// The usual LSTM cell (Sigmoid, Tanh, Tanh; no clip, peepholes or input_forget) of one row
+// in one pass: pre [4H] (i o f c, before the step's X W^T and biases) + xr + bias, c updated,
+// h written: 5 activations and 4 loops over the row in one.
+template <typename T>
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void plain_lstm_cell(const T* __restrict pre, const T* __restrict xr,
+                                                               const T* __restrict bias, T* __restrict c,
+                                                               T* __restrict h, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    const T i = gate::sigmoid(pre[j] + (xr[j] + bias[j]));
+    const T o = gate::sigmoid(pre[n + j] + (xr[n + j] + bias[n + j]));
+    const T f = gate::sigmoid(pre[2 * n + j] + (xr[2 * n + j] + bias[2 * n + j]));
+    const T g = gate::tanh(pre[3 * n + j] + (xr[3 * n + j] + bias[3 * n + j]));
+    const T cj = f * c[j] + i * g;
+    c[j] = cj;
+    h[j] = o * gate::tanh(cj);
+  }
+}
+
 // d[j] = act'(x[j]) where y[j] = act(clip(x[j])), and 0 where the clip cut x[j] off.
 template <typename T>
 ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void activation_derivative(const Activation& act,
