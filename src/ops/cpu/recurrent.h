@@ -405,45 +405,8 @@ inline int64_t time_of(bool reverse, int64_t step, int64_t len) {
   return reverse ? len - 1 - step : step;
 }
 
-// The gates' Sigmoid and Tanh in float32: a step's activations are a tenth of an LSTM's time
-// at batch 16 on vector_math's exp-based forms (some 30 operations a value). Tanh here is
-// x P(x^2) / Q(x^2), P and Q of degree 4 fitted to tanh on [0, 9] (beyond, tanh rounds to 1)
-// for relative error: measured in float32 over the whole range, within 6 ulp and 3.4e-7;
-// Sigmoid is 1/2 + tanh(x / 2) / 2, within 1.9e-7 (absolute). NaN stays NaN.
-namespace gate {
-
-ONNXTRAIN_VECTOR_INLINE float tanh(float x) {
-  const float v = std::min(std::max(x, -9.0f), 9.0f);
-  const float z = v * v;
-  float p = 1.33549225e-8f;
-  p = p * z + 2.0609546e-5f;
-  p = p * z + 3.49563e-3f;
-  p = p * z + 1.3381065e-1f;
-  p = p * z + 1.0f;
-  float q = 7.7767436e-7f;
-  q = q * z + 3.2856935e-4f;
-  q = q * z + 2.5877157e-2f;
-  q = q * z + 4.671438e-1f;
-  q = q * z + 1.0f;
-  return std::min(std::max(v * p / q, -1.0f), 1.0f);
-}
-
-ONNXTRAIN_VECTOR_INLINE float sigmoid(float x) {
-  return 0.5f + 0.5f * tanh(0.5f * x);
-}
-
-// float64: libm's, through vector_math.
-ONNXTRAIN_VECTOR_INLINE double tanh(double x) {
-  return vector_math::tanh(x);
-}
-ONNXTRAIN_VECTOR_INLINE double sigmoid(double x) {
-  return vector_math::sigmoid(x);
-}
-
-}  // namespace gate
-
-// y[j] = act(clip(x[j])) for j < n. Sigmoid and Tanh, nearly every net's, run branch-free
-// forms (gate::) so that the loop vectorizes; the rest stay scalar.
+// y[j] = act(clip(x[j])) for j < n. Sigmoid and Tanh, nearly every net's, run
+// vector_math's branch-free forms so that the loop vectorizes; the rest stay scalar.
 template <typename T>
 ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void activate(const Activation& act, const std::optional<double>& clip,
                                                         const T* x, T* y, int64_t n) {
@@ -451,10 +414,10 @@ ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void activate(const Activation& act, c
   const T lo = -hi;
   switch (act.kind) {
     case Activation::Kind::kSigmoid:
-      for (int64_t j = 0; j < n; ++j) y[j] = gate::sigmoid(std::min(std::max(x[j], lo), hi));
+      for (int64_t j = 0; j < n; ++j) y[j] = vector_math::sigmoid(std::min(std::max(x[j], lo), hi));
       return;
     case Activation::Kind::kTanh:
-      for (int64_t j = 0; j < n; ++j) y[j] = gate::tanh(std::min(std::max(x[j], lo), hi));
+      for (int64_t j = 0; j < n; ++j) y[j] = vector_math::tanh(std::min(std::max(x[j], lo), hi));
       return;
     default:
       for (int64_t j = 0; j < n; ++j) y[j] = act.apply(std::min(std::max(x[j], lo), hi));
@@ -469,13 +432,13 @@ ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void plain_lstm_cell(const T* __restri
                                                                const T* __restrict bias, T* __restrict c,
                                                                T* __restrict h, int64_t n) {
   for (int64_t j = 0; j < n; ++j) {
-    const T i = gate::sigmoid(pre[j] + (xr[j] + bias[j]));
-    const T o = gate::sigmoid(pre[n + j] + (xr[n + j] + bias[n + j]));
-    const T f = gate::sigmoid(pre[2 * n + j] + (xr[2 * n + j] + bias[2 * n + j]));
-    const T g = gate::tanh(pre[3 * n + j] + (xr[3 * n + j] + bias[3 * n + j]));
+    const T i = vector_math::sigmoid(pre[j] + (xr[j] + bias[j]));
+    const T o = vector_math::sigmoid(pre[n + j] + (xr[n + j] + bias[n + j]));
+    const T f = vector_math::sigmoid(pre[2 * n + j] + (xr[2 * n + j] + bias[2 * n + j]));
+    const T g = vector_math::tanh(pre[3 * n + j] + (xr[3 * n + j] + bias[3 * n + j]));
     const T cj = f * c[j] + i * g;
     c[j] = cj;
-    h[j] = o * gate::tanh(cj);
+    h[j] = o * vector_math::tanh(cj);
   }
 }
 
