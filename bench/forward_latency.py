@@ -22,7 +22,9 @@ alone: only those): int8 MatMul as QLinearMatMul and MatMulInteger (BERT-base's 
 3072, at 128 rows, and a 768 x 768 layer at 1 row) and int8 Conv as QLinearConv (ResNet's
 64-channel 3x3 at 56 x 56), uint8 activations and int8 weights, constant weights.
 ``--recurrent`` likewise adds single-op float32 LSTM and GRU models (seq x batch x input x
-hidden; constant weights), forward and bidirectional.
+hidden; constant weights), forward and bidirectional. ``--attention`` adds single-op float32
+opset-23 Attention models (4-D Q, K and V, batch x heads x sequence x head size; "-causal"
+with is_causal, ",KV" after the shape for grouped-query attention with KV key/value heads).
 """
 
 from __future__ import annotations
@@ -188,6 +190,29 @@ def _recurrent_model(op: str, shape: str, folder: Path) -> tuple[Path, dict[str,
     return path, {"x": rng.standard_normal((seq, batch, input_size)).astype(np.float32)}
 
 
+def _attention_model(op: str, shape: str, folder: Path) -> tuple[Path, dict[str, np.ndarray]]:
+    """A one-node float32 opset-23 Attention model: `op` is "Attention" or "Attention-causal",
+    `shape` "BATCHxHEADSxSEQxHEAD_SIZE" or that and ",KV_HEADS" (grouped-query); Q, K, V fed."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    rng = np.random.default_rng(0)
+    dims, _, kv = shape.partition(",")
+    batch, heads, seq, size = (int(v) for v in dims.split("x"))
+    kv_heads = int(kv) if kv else heads
+    shapes = {"q": (batch, heads, seq, size), "k": (batch, kv_heads, seq, size), "v": (batch, kv_heads, seq, size)}
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], is_causal=int(op.endswith("-causal")))
+    graph = helper.make_graph([node], op, [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+                                           for n, s in shapes.items()], [helper.make_empty_tensor_value_info("y")])
+    path = folder / f"{op}_{shape.replace(',', '_')}.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 23)], ir_version=10), str(path))
+    return path, {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+
+
+ATTENTION_CASES = [("Attention", "1x8x128x64"), ("Attention-causal", "1x8x128x64"), ("Attention", "1x8x512x64"),
+                   ("Attention-causal", "1x8x512x64"), ("Attention", "8x8x128x64"), ("Attention-causal", "8x8x128x64"),
+                   ("Attention-causal", "8x8x512x64"), ("Attention-causal", "1x8x512x64,2")]
+
 RECURRENT_CASES = [("LSTM", "32x1x128x256"), ("LSTM", "32x16x128x256"), ("LSTM-bi", "32x16x128x256"),
                    ("GRU", "32x1x128x256"), ("GRU", "32x16x128x256"), ("LSTM", "128x64x64x128")]
 
@@ -226,8 +251,10 @@ def main() -> None:
                         help="the quantized single-op models (alone unless --models is given too)")
     parser.add_argument("--recurrent", action="store_true",
                         help="single-op LSTM and GRU models (alone unless --models is given too)")
+    parser.add_argument("--attention", action="store_true",
+                        help="single-op opset-23 Attention models (alone unless --models is given too)")
     args = parser.parse_args()
-    if (args.quantized or args.recurrent) and "--models" not in sys.argv:
+    if (args.quantized or args.recurrent or args.attention) and "--models" not in sys.argv:
         args.models = []
 
     onnxtrain, why_not = _import_onnxtrain()
@@ -272,6 +299,16 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as folder:
             for op, shape in RECURRENT_CASES:
                 path, feeds = _recurrent_model(op, shape, Path(folder))
+                for threads in args.threads:
+                    measured = _measure(onnxtrain, path, feeds, threads, args)
+                    _print_row(f"| {op} | {shape} | - | {threads} |", measured, ratios[threads], onnxtrain is not None)
+
+    if args.attention:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as folder:
+            for op, shape in ATTENTION_CASES:
+                path, feeds = _attention_model(op, shape, Path(folder))
                 for threads in args.threads:
                     measured = _measure(onnxtrain, path, feeds, threads, args)
                     _print_row(f"| {op} | {shape} | - | {threads} |", measured, ratios[threads], onnxtrain is not None)
