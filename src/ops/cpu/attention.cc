@@ -19,6 +19,8 @@
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "ops/cpu/layout.h"
+#include "ops/cpu/multiversion.h"
 #include "ops/cpu/onednn.h"
 #include "ops/cpu/vector_math.h"
 #include "ops/kernel_registry.h"
@@ -60,6 +62,124 @@ struct MaskBias {
     return values.data() + b * strides[0] + h * strides[1] + i * strides[2];
   }
 };
+
+// e^x for a softmax's x = s - max s <= 0 (or NaN, which it returns): vector_math::exp's
+// range reduction and polynomial without its overflow and subnormal cases, one scaling by
+// 2^n instead of two. Results under 2^-126 (x < -87) become 0: next to the row's maximum,
+// e^0 = 1, they are lost in the sum anyway. A third fewer operations per lane.
+ONNXTRAIN_VECTOR_INLINE float softmax_exp(float x) {
+  const float clamped = x < -87.0f ? -87.0f : x;
+  const float n = vector_math::round_to_int(clamped * 1.44269504088896341f);
+  const float r = (clamped - n * 0.693359375f) - n * -2.12194440e-4f;  // ln 2 in two parts
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float y = (p * r * r + r + 1.0f) * vector_math::pow2(static_cast<int32_t>(n));  // n in [-126, 0]
+  return x < -87.0f ? 0.0f : y;
+}
+
+// s[j] = e^(s[j] - max s) over n >= 1 entries, in place; returns their sum. A row of -inf
+// becomes NaN (0 / 0 once divided), as the spec's Softmax. Compiled for each x86 level: at
+// the baseline's 4 lanes this row loop (then in scalar code) took half of a 1 x 8 x 128 x 64
+// Attention.
+template <typename A>
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] A exponentiate(A* __restrict s, int64_t n) {
+  const A m = onednn::lane_max(s, n);
+  // Two passes: the map alone vectorizes without masks (28 cycles per 16 lanes fused with
+  // the sum).
+  for (int64_t j = 0; j < n; ++j) {
+    if constexpr (std::is_same_v<A, float>) {
+      s[j] = softmax_exp(s[j] - m);
+    } else {
+      s[j] = std::exp(s[j] - m);
+    }
+  }
+  return onednn::lane_sum<A>(n, [&](int64_t j) { return s[j]; });
+}
+
+// x[j] *= factor (nothing to do for 1).
+template <typename A>
+ONNXTRAIN_MULTIVERSIONED void scale_row(A* __restrict x, int64_t n, A factor) {
+  if (factor == A(1)) return;
+  for (int64_t j = 0; j < n; ++j) x[j] *= factor;
+}
+
+// ---- float32 matrix products of a block ----
+// The block's products are small (32-128 rows, head sizes of 64): oneDNN's sgemm packed
+// its operands on every call and ran at 50 GFLOP/s there (72% of a 1 x 8 x 128 x 64
+// Attention). These tiles keep kRows x 16 kVectors sums in registers over the whole depth.
+
+using Floats = vector_math::Vector<float, 16>;
+
+// c[r, 16 v + l] = alpha * sum_p a[r, p] b[p, 16 v + l] for r < kRows, v < kVectors; the
+// last vector's lanes past `last` are not stored (b must be readable there).
+template <int kRows, int kVectors>
+ONNXTRAIN_VECTOR_INLINE void product_tile(int64_t k, float alpha, const float* a, int64_t lda, const float* b,
+                                          int64_t ldb, float* c, int64_t ldc, int last) {
+  Floats sums[kRows][kVectors] = {};
+  for (int64_t p = 0; p < k; ++p) {
+    Floats row[kVectors];
+    for (int v = 0; v < kVectors; ++v) std::memcpy(&row[v], b + p * ldb + 16 * v, sizeof(Floats));
+    for (int r = 0; r < kRows; ++r) {
+      const float av = a[r * lda + p];
+      for (int v = 0; v < kVectors; ++v) sums[r][v] += av * row[v];
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int v = 0; v < kVectors; ++v) {
+      const Floats result = sums[r][v] * alpha;
+      float* dst = c + r * ldc + 16 * v;
+      if (v + 1 < kVectors || last == 16) {
+        std::memcpy(dst, &result, sizeof result);
+      } else {
+        std::memcpy(dst, &result, static_cast<size_t>(last) * sizeof(float));
+      }
+    }
+  }
+}
+
+// kRows rows of c [., n] = alpha * a x b: 32 columns a tile, then 16, then the rest (a
+// partial vector where b's rows may be read up to a multiple of 16 columns, else one by one).
+template <int kRows>
+ONNXTRAIN_VECTOR_INLINE void product_rows(int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                                          const float* b, int64_t ldb, bool b_padded, float* c, int64_t ldc) {
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) product_tile<kRows, 2>(k, alpha, a, lda, b + j, ldb, c + j, ldc, 16);
+  for (; j + 16 <= n; j += 16) product_tile<kRows, 1>(k, alpha, a, lda, b + j, ldb, c + j, ldc, 16);
+  if (j == n) return;
+  if (b_padded) {
+    product_tile<kRows, 1>(k, alpha, a, lda, b + j, ldb, c + j, ldc, static_cast<int>(n - j));
+    return;
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int64_t col = j; col < n; ++col) {
+      float sum = 0;
+      for (int64_t p = 0; p < k; ++p) sum += a[r * lda + p] * b[p * ldb + col];
+      c[r * ldc + col] = alpha * sum;
+    }
+}
+
+// c [m, n] (row stride ldc) = alpha * a [m, k] (row stride lda) x b [k, n] (row stride
+// ldb), in tiles of 4 rows; `b_padded`: b's rows may be read up to n rounded up to 16.
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void product(int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                                                       int64_t lda, const float* b, int64_t ldb, bool b_padded,
+                                                       float* c, int64_t ldc) {
+  int64_t i = 0;
+  for (; i + 4 <= m; i += 4) product_rows<4>(n, k, alpha, a + i * lda, lda, b, ldb, b_padded, c + i * ldc, ldc);
+  for (; i < m; ++i) product_rows<1>(n, k, alpha, a + i * lda, lda, b, ldb, b_padded, c + i * ldc, ldc);
+}
+
+// kt [k, padded] = the transpose of b [n, k] (row stride ldb), zeros in columns n to
+// padded (n rounded up to 16); in layout.h's 8 x 8 register tiles (element by element, the
+// stores 2 KB apart took a quarter of a 1 x 8 x 512 x 64 Attention).
+void pack_transposed(const float* b, int64_t n, int64_t k, int64_t ldb, float* kt) {
+  const int64_t padded = (n + 15) / 16 * 16;
+  transpose_block(reinterpret_cast<uint32_t*>(kt), reinterpret_cast<const uint32_t*>(b), k, n, padded, ldb);
+  for (int64_t p = 0; p < k; ++p) std::fill(kt + p * padded + n, kt + (p + 1) * padded, 0.0f);
+}
 
 class AttentionKernel final : public OpKernel {
  public:
@@ -323,7 +443,7 @@ class AttentionKernel final : public OpKernel {
     std::vector<int64_t> lengths;
   };
 
-  static constexpr int64_t kRowBlock = 32;
+  static constexpr int64_t kRowBlock = 64;
 
   // Every (batch, head, block of query rows) is one task.
   template <typename A, typename T>
@@ -334,11 +454,32 @@ class AttentionKernel final : public OpKernel {
     parallel_for(tasks, std::max<int64_t>(1, 65536 / work), [&](int64_t begin, int64_t end) {
       std::vector<A> scores(static_cast<size_t>(kRowBlock * d.total()));
       std::vector<A> out(static_cast<size_t>(kRowBlock * d.v_head_size));
+      std::vector<A> inverse_sums(static_cast<size_t>(kRowBlock));
+      // float32: K^T of the key/value head in use, [head_size, total rounded up to 16],
+      // transposed once for the run of tasks (blocks, query heads) that read it.
+      const int64_t padded = (d.total() + 15) / 16 * 16;
+      std::vector<A> key_t(std::is_same_v<A, float> ? static_cast<size_t>(d.head_size * padded) : 0);
+      int64_t packed = -1;  // b * kv_heads + kv_h of key_t
       for (int64_t task = begin; task < end; ++task) {
         const int64_t block = task % blocks, bh = task / blocks;
         const int64_t b = bh / d.q_heads, h = bh % d.q_heads;
         const int64_t i0 = block * kRowBlock, i1 = std::min(d.q_seq, i0 + kRowBlock);
-        attend_block<A, T>(d, in, scale, b, h, i0, i1, scores.data(), out.data(), qk);
+        const int64_t kv = b * d.kv_heads + h / (d.q_heads / d.kv_heads);
+        if constexpr (std::is_same_v<A, float>) {
+          if (kv != packed) {
+            pack_transposed(in.k + in.k_layout.at(b, kv % d.kv_heads, 0), d.total(), d.head_size, in.k_layout.row,
+                            key_t.data());
+            packed = kv;
+          }
+        }
+        const Packed<A> keys{key_t.data(), padded};
+        if constexpr (std::is_same_v<A, T>) {  // Y's rows themselves (row stride y_layout.row)
+          attend_block<A, T>(d, in, scale, b, h, i0, i1, scores.data(), y + y_layout.at(b, h, i0), y_layout.row,
+                             inverse_sums.data(), keys, qk);
+          continue;
+        }
+        attend_block<A, T>(d, in, scale, b, h, i0, i1, scores.data(), out.data(), d.v_head_size, inverse_sums.data(),
+                           keys, qk);
         for (int64_t i = i0; i < i1; ++i)
           store_row(y + y_layout.at(b, h, i), out.data() + (i - i0) * d.v_head_size, d.v_head_size);
       }
@@ -352,18 +493,26 @@ class AttentionKernel final : public OpKernel {
   }
 
   // c [m, n] (row stride ldc) = alpha * a [m, k] (row stride lda) x b, where b is [k, n]
-  // or, with b_t, the transpose of [n, k] (row stride ldb). float32 runs oneDNN's sgemm
-  // (one thread inside a parallel task); double runs plain loops whose inner loop is
-  // contiguous.
+  // or, with b_t, the transpose of [n, k] (row stride ldb). float32 runs product()'s tiles,
+  // b_t's b read from `b_transposed` (pack_transposed's); double runs plain loops whose
+  // inner loop is contiguous.
+  template <typename A>
+  struct Packed {
+    const A* data = nullptr;
+    int64_t stride = 0;
+  };
+
   template <typename A>
   static void gemm(bool b_t, int64_t m, int64_t n, int64_t k, A alpha, const A* a, int64_t lda, const A* b, int64_t ldb,
-                   A* c, int64_t ldc) {
+                   A* c, int64_t ldc, const Packed<A>& b_transposed = {}) {
     if (m == 0 || n == 0) return;
     if constexpr (std::is_same_v<A, float>) {
-      if (k > 0) {
-        dnnl::sgemm('N', b_t ? 'T' : 'N', m, n, k, alpha, a, lda, b, ldb, 0.0f, c, ldc);
-        return;
+      if (b_t) {
+        product(m, n, k, alpha, a, lda, b_transposed.data, b_transposed.stride, true, c, ldc);
+      } else {
+        product(m, n, k, alpha, a, lda, b, ldb, false, c, ldc);
       }
+      return;
     }
     for (int64_t i = 0; i < m; ++i) {
       const A* ar = a + i * lda;
@@ -398,54 +547,65 @@ class AttentionKernel final : public OpKernel {
     return {visible, raw_needed ? d.total() : visible};
   }
 
-  // Query rows [i0, i1) of head h: scores = scale Q K^T (one product for the block),
-  // then per row bias, softcap and softmax, then out = P V (one product).
+  // Query rows [i0, i1) of head h: scores = scale Q K^T (one product for the block), then
+  // per row bias, softcap and e^(s - max), then out = P V (one product), each row scaled by
+  // 1 / sum after the product (head_size values where normalizing P took a score row).
   template <typename A, typename T>
   void attend_block(const AttentionDims& d, const Inputs<A>& in, A scale, int64_t b, int64_t h, int64_t i0, int64_t i1,
-                    A* s, A* out, T* qk) const {
+                    A* s, A* out, int64_t out_row, A* inverse_sums, const Packed<A>& key_t, T* qk) const {
     const int64_t total = d.total(), rows = i1 - i0;
     const int64_t kv_h = h / (d.q_heads / d.kv_heads);
     const bool raw_needed = qk && mode_ == 0;
     // Visibility only grows with i, so the last row needs the most scores.
     const int64_t cols = plan_row(d, in, b, i1 - 1, raw_needed).computed;
     gemm<A>(true, rows, cols, d.head_size, scale, in.q + in.q_layout.at(b, h, i0), in.q_layout.row,
-            in.k + in.k_layout.at(b, kv_h, 0), in.k_layout.row, s, total);
+            in.k + in.k_layout.at(b, kv_h, 0), in.k_layout.row, s, total, key_t);
     int64_t used = 0;
     for (int64_t i = i0; i < i1; ++i) {
       T* qk_row = qk ? qk + ((b * d.q_heads + h) * d.q_seq + i) * total : nullptr;
-      used =
-          std::max(used, finish_row(d, in, b, h, i, s + (i - i0) * total, plan_row(d, in, b, i, raw_needed), qk_row));
+      used = std::max(used, finish_row(d, in, b, h, i, s + (i - i0) * total, plan_row(d, in, b, i, raw_needed), cols,
+                                       qk_row, inverse_sums[i - i0]));
     }
     gemm<A>(false, rows, d.v_head_size, used, A(1), s, total, in.v + in.v_layout.at(b, kv_h, 0), in.v_layout.row, out,
-            d.v_head_size);
+            out_row);
+    for (int64_t i = 0; i < rows; ++i) scale_row(out + i * out_row, d.v_head_size, inverse_sums[i]);
     if (softcap_ > 0) return;
     for (int64_t i = i0; i < i1; ++i) {  // every key masked: NaN, as the spec's softmax (0 / 0)
       if (plan_row(d, in, b, i, raw_needed).visible > 0) continue;
-      std::fill_n(out + (i - i0) * d.v_head_size, d.v_head_size, std::numeric_limits<A>::quiet_NaN());
+      std::fill_n(out + (i - i0) * out_row, d.v_head_size, std::numeric_limits<A>::quiet_NaN());
     }
   }
 
-  // One score row, its products done: bias, softcap, softmax, and the qk_matmul_output
-  // the mode asks for. Returns how many leading keys can have a non-zero probability.
+  // One score row, its products done (the first `cols` of them): bias, softcap,
+  // e^(s - max) and the qk_matmul_output the mode asks for; `inverse_sum` is what the row of
+  // P V is to be scaled by (1 where the row was normalized here for output 3). Returns how
+  // many leading keys can have a non-zero probability.
   template <typename A, typename T>
   int64_t finish_row(const AttentionDims& d, const Inputs<A>& in, int64_t b, int64_t h, int64_t i, A* s,
-                     const RowPlan& plan, T* qk_row) const {
+                     const RowPlan& plan, int64_t cols, T* qk_row, A& inverse_sum) const {
     const int64_t total = d.total();
+    // Keys past `cols` are masked for every row of the block (or not computed): only an
+    // output or softcap (which makes their -inf finite) needs the whole row.
+    const int64_t width = qk_row || softcap_ > 0 ? total : cols;
     if (qk_row && mode_ == 0) store_row(qk_row, s, total);
     if (!in.mask.values.empty()) {
       const A* m = in.mask.row(b, h, i);
       const int64_t n = std::min(plan.visible, in.mask.total);
       for (int64_t j = 0; j < n; ++j) s[j] += m[j];
     }
-    std::fill(s + plan.visible, s + total, -std::numeric_limits<A>::infinity());
+    std::fill(s + plan.visible, s + width, -std::numeric_limits<A>::infinity());
     if (qk_row && mode_ == 1) store_row(qk_row, s, total);
     if (softcap_ > 0) {
       const A cap = static_cast<A>(softcap_);
       for (int64_t j = 0; j < total; ++j) s[j] = cap * tanh_of(s[j] / cap);
     }
     if (qk_row && mode_ == 2) store_row(qk_row, s, total);
-    softmax(s, total);
-    if (qk_row && mode_ == 3) store_row(qk_row, s, total);
+    inverse_sum = width > 0 ? A(1) / exponentiate(s, width) : A(1);
+    if (qk_row && mode_ == 3) {
+      scale_row(s, total, inverse_sum);
+      inverse_sum = A(1);
+      store_row(qk_row, s, total);
+    }
     // Masked keys have probability 0, unless softcap turned their -inf into -softcap.
     return softcap_ > 0 ? total : plan.visible;
   }
@@ -461,16 +621,6 @@ class AttentionKernel final : public OpKernel {
   static A tanh_of(A x) {
     if constexpr (std::is_same_v<A, float>) return vector_math::tanh(x);
     return std::tanh(x);
-  }
-
-  // In place; a row with every entry -inf becomes NaN (0 / 0), as the spec's Softmax.
-  template <typename A>
-  static void softmax(A* s, int64_t n) {
-    if (n == 0) return;
-    const A m = onednn::lane_max(s, n);
-    for (int64_t j = 0; j < n; ++j) s[j] = exp_of(s[j] - m);
-    const A inv = A(1) / onednn::lane_sum<A>(n, [&](int64_t j) { return s[j]; });
-    for (int64_t j = 0; j < n; ++j) s[j] *= inv;
   }
 
   bool is_causal_;

@@ -118,9 +118,14 @@ def test_attention_qk_matmul_output(mode, reference):
 
 
 def test_attention_longer_sequences_blocks():
-    # More query rows than one block (16), several threads' worth of tasks, head size 64.
+    # More query rows than one block (64), several threads' worth of tasks, head size 64.
     attention(qkv(b=1, hq=4, hkv=2, sq=70, skv=70, d=64, dv=64), {"is_causal": 1})
     attention(qkv(b=2, hq=2, hkv=2, sq=33, skv=129, d=32, dv=16))
+    # The float32 product tiles' edges: key counts and value head sizes that are not
+    # multiples of 16 or 32, query rows not of 4; 3-D output rows written in place.
+    attention(qkv(b=1, hq=2, hkv=1, sq=131, skv=131, d=48, dv=40, three_d=True),
+              {"is_causal": 1, "q_num_heads": 2, "kv_num_heads": 1})
+    attention(qkv(b=1, hq=3, hkv=3, sq=67, skv=45, d=20, dv=7), {"scale": 0.3})
 
 
 def test_attention_float16():
