@@ -18,6 +18,10 @@
 // enter as corrections, C = A B - za colsum(B) - rowsum(A) zb + K za zb.
 #include "ops/cpu/qlinear.h"
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -35,6 +39,79 @@
 #include "ops/kernel_registry.h"
 
 namespace onnxtrain {
+
+namespace qlinear {
+
+Tensor pack_for_vnni(const int8_t* b, int64_t k, int64_t n) {
+  const int64_t quads = (k + 3) / 4, blocks = (n + 15) / 16;
+  Tensor packed = Tensor::zeros(DType::kInt8, {blocks * quads * 64});
+  int8_t* out = packed.data<int8_t>();
+  for (int64_t p = 0; p < k; ++p)
+    for (int64_t j = 0; j < n; ++j) out[((j / 16) * quads + p / 4) * 64 + (j % 16) * 4 + p % 4] = b[p * n + j];
+  return packed;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+namespace {
+
+// kRows rows times kBlocks blocks of 16 columns (from `first_block`): kRows x kBlocks sums
+// of 16 lanes in registers over all of k, one vpdpbusd (four u8 x s8 products added into
+// each int32 lane) per block and quad of k; `groups` holds each row's quads as int32.
+template <int kRows, int kBlocks>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) inline void vnni_tile(const int32_t* groups, int64_t quads,
+                                                                             const int8_t* packed, int64_t first_block,
+                                                                             int64_t n, int32_t* c, int64_t ldc) {
+  __m512i sums[kRows][kBlocks];
+  for (int r = 0; r < kRows; ++r)
+    for (int t = 0; t < kBlocks; ++t) sums[r][t] = _mm512_setzero_si512();
+  const int8_t* block = packed + first_block * quads * 64;
+  for (int64_t q = 0; q < quads; ++q) {
+    __m512i w[kBlocks];
+    for (int t = 0; t < kBlocks; ++t) w[t] = _mm512_loadu_si512(block + (t * quads + q) * 64);
+    for (int r = 0; r < kRows; ++r) {
+      const __m512i a = _mm512_set1_epi32(groups[r * quads + q]);
+      for (int t = 0; t < kBlocks; ++t) sums[r][t] = _mm512_dpbusd_epi32(sums[r][t], a, w[t]);
+    }
+  }
+  for (int t = 0; t < kBlocks; ++t) {
+    const int64_t j = (first_block + t) * 16;
+    const auto mask = static_cast<__mmask16>(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1);
+    for (int r = 0; r < kRows; ++r) _mm512_mask_storeu_epi32(c + r * ldc + j, mask, sums[r][t]);
+  }
+}
+
+template <int kRows>
+void vnni_row_tiles(const int32_t* groups, int64_t quads, const int8_t* packed, int64_t n, int32_t* c, int64_t ldc) {
+  const int64_t blocks = (n + 15) / 16;
+  int64_t b = 0;
+  for (; b + 4 <= blocks; b += 4) vnni_tile<kRows, 4>(groups, quads, packed, b, n, c, ldc);
+  for (; b < blocks; ++b) vnni_tile<kRows, 1>(groups, quads, packed, b, n, c, ldc);
+}
+
+}  // namespace
+
+void vnni_rows(const int32_t* a_groups, int64_t m, int64_t k, const int8_t* packed, int64_t n, int32_t* c,
+               int64_t ldc) {
+  const int64_t quads = (k + 3) / 4;
+  switch (m) {
+    case 1:
+      return vnni_row_tiles<1>(a_groups, quads, packed, n, c, ldc);
+    case 2:
+      return vnni_row_tiles<2>(a_groups, quads, packed, n, c, ldc);
+    case 3:
+      return vnni_row_tiles<3>(a_groups, quads, packed, n, c, ldc);
+    default:
+      return vnni_row_tiles<4>(a_groups, quads, packed, n, c, ldc);
+  }
+}
+#else
+void vnni_rows(const int32_t*, int64_t, int64_t, const int8_t*, int64_t, int32_t*, int64_t) {
+  throw Error("vnni_rows needs AVX-512 VNNI", ErrorKind::kNotImplemented);
+}
+#endif
+
+}  // namespace qlinear
+
 namespace {
 
 using qlinear::check_8bit;

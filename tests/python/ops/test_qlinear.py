@@ -107,13 +107,35 @@ def test_matmul_integer_folded_batch_with_per_row_zero_points():
     np.testing.assert_array_equal(ours, expected)
 
 
+@pytest.mark.parametrize("a_type,b_type", PAIRS, ids=lambda t: np.dtype(t).name)
+@pytest.mark.parametrize("m", [1, 2, 4])
+def test_matmul_integer_few_rows_constant_b(a_type, b_type, m):
+    # One to four rows times a constant B (the AVX-512 VNNI path where there is one): k not
+    # a multiple of 4, n of five blocks of 16 and a partial one; zero points per row, per
+    # column and for all.
+    a, b = ints(a_type, (m, 37)), ints(b_type, (37, 75))
+    for a_zp, b_zp in [(zero_point(a_type), zero_point(b_type)), (zero_point(a_type, m), zero_point(b_type, 75))]:
+        inputs = {"a": a, "b": b, "a_zero_point": a_zp, "b_zero_point": b_zp}
+        model, feeds = node_model("MatMulInteger", inputs, ("b", "b_zero_point"))
+        (ours,) = onnxtrain.InferenceSession(model.SerializeToString()).run(None, feeds)
+        za = a_zp.astype(np.int64).reshape(-1, 1) if a_zp.ndim else int(a_zp)
+        expected = (a.astype(np.int64) - za) @ (b.astype(np.int64) - b_zp.astype(np.int64))
+        np.testing.assert_array_equal(ours, expected.astype(np.int32))
+    if (a_type, b_type) != (np.int8, np.uint8):
+        inputs = {"a": a, "a_scale": np.array(0.02, np.float32), "a_zero_point": zero_point(a_type),
+                  "b": b, "b_scale": np.array(0.015, np.float32), "b_zero_point": zero_point(b_type),
+                  "y_scale": np.array(0.3, np.float32), "y_zero_point": zero_point(a_type)}
+        compare("QLinearMatMul", inputs, ("b", "b_scale", "b_zero_point", "y_scale", "y_zero_point"))
+
+
 def test_matmul_integer_extreme_values_are_exact():
     # Every product at its largest magnitude: 255 * -128 summed 512 times (what 16-bit
     # saturating intermediate sums would get wrong).
-    a = np.full((64, 512), 255, np.uint8)
-    b = np.full((512, 64), -128, np.int8)
-    out = compare("MatMulInteger", {"a": a, "b": b}, ("b",))
-    assert out[0, 0] == 255 * -128 * 512
+    for rows in (64, 1):
+        a = np.full((rows, 512), 255, np.uint8)
+        b = np.full((512, 64), -128, np.int8)
+        out = compare("MatMulInteger", {"a": a, "b": b}, ("b",))
+        assert out[0, 0] == 255 * -128 * 512
 
 
 # ---- QLinearMatMul ----
