@@ -161,13 +161,28 @@ class IntegerMatMulKernel final : public OpKernel {
         za_rows.values.resize(static_cast<size_t>(batch.m));
         for (int64_t r = 0; r < batch.m; ++r) za_rows.values[static_cast<size_t>(r)] = za.at(r % rows);
       }
-      gemm_.run(ctx, am, bm, batch.m, batch.k, batch.n, za_rows, zb, cp + i * batch.m * batch.n,
-                quantized_ ? &column_adds[static_cast<size_t>(i)] : nullptr);
+      std::vector<int32_t>& add = column_adds[static_cast<size_t>(i)];
+      int32_t* ci = cp + i * batch.m * batch.n;
+      gemm_.run(ctx, am, bm, batch.m, batch.k, batch.n, za_rows, zb, ci, &add);
+      if (!quantized_ && !add.empty()) add_to_rows(ci, batch.m, batch.n, add.data());
     }
     if (quantized_) requantize(ctx, c, rows, batch.m, batch.n, column_adds);
   }
 
  private:
+  // c[r, j] += add[j] for r < m, wrapping: A's zero point term, taken out of oneDNN's call
+  // (whose zero point cost 0.13 ms of a 128 x 768 x 3072 product; this pass 0.03 ms).
+  static void add_to_rows(int32_t* c, int64_t m, int64_t n, const int32_t* add) {
+    parallel_for(m, std::max<int64_t>(1, 65536 / std::max<int64_t>(n, 1)), [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) add_row(c + r * n, n, add);
+    });
+  }
+
+  static ONNXTRAIN_MULTIVERSIONED void add_row(int32_t* __restrict c, int64_t n, const int32_t* __restrict add) {
+    auto* out = reinterpret_cast<uint32_t*>(c);
+    for (int64_t j = 0; j < n; ++j) out[j] += static_cast<uint32_t>(add[j]);
+  }
+
   // Output 0 from C: row r of C belongs to product r / product_rows, whose column_adds (if
   // any) it adds.
   void requantize(KernelContext& ctx, const Tensor& c, int64_t rows, int64_t product_rows, int64_t n,
