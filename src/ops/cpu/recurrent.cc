@@ -233,9 +233,7 @@ struct Recurrence {
     const T* rbh = gru && dir.rb != nullptr ? dir.rb + 2 * H : nullptr;
     const T* bi = bias;
     const T *pi = dir.p, *po = dir.p != nullptr ? dir.p + H : nullptr, *pf = dir.p != nullptr ? dir.p + 2 * H : nullptr;
-    using Kind = Activation::Kind;
-    const bool plain_lstm = a.cell == Cell::kLstm && dir.f.kind == Kind::kSigmoid && dir.g.kind == Kind::kTanh &&
-                            dir.h.kind == Kind::kTanh && !a.clip && dir.p == nullptr && !a.input_forget;
+    const bool plain = plain_lstm(a, dir);
     for (int64_t step = 0; step < s.seq; ++step) {
       const bool backwards = step % 2 == 1;
       recurrent_product.run(hprev_all, H, rec.data(), GH, rows, backwards);
@@ -303,8 +301,12 @@ struct Recurrence {
             activate(dir.g, a.clip, xh, ht, H);
             for (int64_t j = 0; j < H; ++j) hb[j] = (T(1) - z[j]) * ht[j] + z[j] * hp[j];
             if (record != nullptr) std::copy(act, act + GH, record->act.data() + row * GH);
-          } else if (plain_lstm && record == nullptr) {
+          } else if (plain && record == nullptr) {
             plain_lstm_cell(pre, xr, bi, c + b * H, hb, H);
+          } else if (plain) {
+            plain_lstm_cell_recorded(pre, xr, bi, c + b * H, hb, record->act.data() + row * GH,
+                                     record->cprev.data() + row * H, record->c.data() + row * H,
+                                     record->hc.data() + row * H, H);
           } else {
             for (int64_t j = 0; j < GH; ++j) pre[j] += xr[j] + bi[j];
             // gates i o f c at 0, H, 2H, 3H
@@ -354,14 +356,24 @@ struct Recurrence {
 template <typename T>
 void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vector<int64_t>& lens,
                    const Direction<T>& dir, OutputRows<T> y, std::vector<T>& h, std::vector<T>& c, Record<T>* record,
-                   const StepProduct<T>* packed_recurrent, const StepProduct<T>* packed_reset) {
+                   const StepProduct<T>* packed_recurrent, const StepProduct<T>* packed_reset,
+                   std::vector<T>* projection) {
   const int64_t H = s.hidden, GH = s.gh(), B = s.batch;
   const bool gru = a.cell == Cell::kGru;
-  // X W^T, all steps at once (every element written: no need to clear it first), below.
-  const std::unique_ptr<T[]> xw = std::make_unique_for_overwrite<T[]>(static_cast<size_t>(s.seq * B * GH));
+  // X W^T, all steps at once (every element written: no need to clear it first), below; in
+  // the caller's buffer when it keeps one.
+  std::unique_ptr<T[]> own_xw;
+  T* xw = nullptr;
+  if (projection != nullptr) {
+    projection->resize(static_cast<size_t>(s.seq * B * GH));
+    xw = projection->data();
+  } else {
+    own_xw = std::make_unique_for_overwrite<T[]>(static_cast<size_t>(s.seq * B * GH));
+    xw = own_xw.get();
+  }
   const auto project = [&](int64_t first, int64_t last) {
     gemm<T>(false, true, last - first, GH, s.input, T(1), dir.x + first * s.input, s.input, dir.w, s.input, T(0),
-            xw.get() + first * GH, GH);
+            xw + first * GH, GH);
   };
   const std::vector<T> bias = step_bias(a, s, dir);
   // GRU without linear_before_reset multiplies only z and r by R in each step's product,
@@ -385,7 +397,7 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
                                  dir,
                                  y,
                                  record,
-                                 xw.get(),
+                                 xw,
                                  bias.data(),
                                  use_packed ? *packed_recurrent : *own_recurrent,
                                  use_packed ? packed_reset : own_reset.get()};
@@ -451,11 +463,12 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
 
 template void run_direction<float>(const RecurrentAttributes&, const Sizes&, const std::vector<int64_t>&,
                                    const Direction<float>&, OutputRows<float>, std::vector<float>&, std::vector<float>&,
-                                   Record<float>*, const StepProduct<float>*, const StepProduct<float>*);
+                                   Record<float>*, const StepProduct<float>*, const StepProduct<float>*,
+                                   std::vector<float>*);
 template void run_direction<double>(const RecurrentAttributes&, const Sizes&, const std::vector<int64_t>&,
                                     const Direction<double>&, OutputRows<double>, std::vector<double>&,
                                     std::vector<double>&, Record<double>*, const StepProduct<double>*,
-                                    const StepProduct<double>*);
+                                    const StepProduct<double>*, std::vector<double>*);
 
 namespace {
 

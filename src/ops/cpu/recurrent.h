@@ -424,6 +424,15 @@ ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void activate(const Activation& act, c
   }
 }
 
+// Whether direction dir of an LSTM is the usual cell (Sigmoid, Tanh, Tanh; no clip, peepholes
+// or input_forget), which plain_lstm_cell runs; its gradient reads no pre-activations.
+template <typename T>
+bool plain_lstm(const RecurrentAttributes& a, const Direction<T>& dir) {
+  using Kind = Activation::Kind;
+  return a.cell == Cell::kLstm && dir.f.kind == Kind::kSigmoid && dir.g.kind == Kind::kTanh &&
+         dir.h.kind == Kind::kTanh && !a.clip && dir.p == nullptr && !a.input_forget;
+}
+
 // The usual LSTM cell (Sigmoid, Tanh, Tanh; no clip, peepholes or input_forget) of one row
 // in one pass: pre [4H] (i o f c, before the step's X W^T and biases) + xr + bias, c updated,
 // h written: 5 activations and 4 loops over the row in one.
@@ -439,6 +448,33 @@ ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void plain_lstm_cell(const T* __restri
     const T cj = f * c[j] + i * g;
     c[j] = cj;
     h[j] = o * vector_math::tanh(cj);
+  }
+}
+
+// The same cell recording what its gradient reads: the activated gates act [4H] (i o f c),
+// C before (c_prev) and after (c_next) the step, and h(C) (hc).
+template <typename T>
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void plain_lstm_cell_recorded(const T* __restrict pre, const T* __restrict xr,
+                                                                        const T* __restrict bias, T* __restrict c,
+                                                                        T* __restrict h, T* __restrict act,
+                                                                        T* __restrict c_prev, T* __restrict c_next,
+                                                                        T* __restrict hc, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    const T i = vector_math::sigmoid(pre[j] + (xr[j] + bias[j]));
+    const T o = vector_math::sigmoid(pre[n + j] + (xr[n + j] + bias[n + j]));
+    const T f = vector_math::sigmoid(pre[2 * n + j] + (xr[2 * n + j] + bias[2 * n + j]));
+    const T g = vector_math::tanh(pre[3 * n + j] + (xr[3 * n + j] + bias[3 * n + j]));
+    act[j] = i;
+    act[n + j] = o;
+    act[2 * n + j] = f;
+    act[3 * n + j] = g;
+    c_prev[j] = c[j];
+    const T cj = f * c[j] + i * g;
+    c[j] = cj;
+    c_next[j] = cj;
+    const T t = vector_math::tanh(cj);
+    hc[j] = t;
+    h[j] = o * t;
   }
 }
 
@@ -551,12 +587,14 @@ struct OutputRows {
 
 // The forward of one direction. y gets the outputs (the rows of steps past a row's length
 // are left as they are: the caller zero-fills them); h, c (in: the initial state) end with
-// the final state; `record`, when given, gets what the gradient reads. Defined in
-// recurrent.cc, for float and double.
+// the final state; `record`, when given, gets what the gradient reads; `projection`, when
+// given, holds X W^T (a buffer the caller keeps from run to run). Defined in recurrent.cc,
+// for float and double.
 template <typename T>
 void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vector<int64_t>& lens,
                    const Direction<T>& dir, OutputRows<T> y, std::vector<T>& h, std::vector<T>& c, Record<T>* record,
-                   const StepProduct<T>* packed_recurrent = nullptr, const StepProduct<T>* packed_reset = nullptr);
+                   const StepProduct<T>* packed_recurrent = nullptr, const StepProduct<T>* packed_reset = nullptr,
+                   std::vector<T>* projection = nullptr);
 
 // The same, y time-major [seq, batch, H] (zero-filled by the caller).
 template <typename T>
