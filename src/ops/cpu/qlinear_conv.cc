@@ -307,7 +307,7 @@ class IntegerConvKernel final : public OpKernel {
     const double work = static_cast<double>(g.n) * static_cast<double>(s.pixels) * static_cast<double>(g.m) *
                         static_cast<double>(s.depth);
     if (!onednn_int8_is_exact() || w.dtype() != DType::kInt8 || !zw.zero() || work < kMinOnednnWork) return false;
-    const int threads = std::max(1, ctx.num_threads());
+    const int threads = std::max({1, ctx.num_threads(), omp_get_max_threads()});  // parallel_for's chunks at most
     direct_key_.assign({threads});
     onednn::append_key(direct_key_, x);
     DirectPlan* plan = direct_.find(direct_key_);
