@@ -49,6 +49,44 @@ ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void plain_lstm_cell_gradient(const T*
   }
 }
 
+// GRU's share of a row's gradient once the activation derivatives der [3H] (z r h) are known:
+// dh (the gradient of the step's h, less dY's share dy), the gates act (z r h activated), hp
+// (H_prev), lin (linear_before_reset: H Rh^T + Rbh, else null); writes the gate gradients dg
+// and drec (their recurrent product's), rin (the matrix Rh multiplied) and dhp (H_prev's
+// gradient through the cell itself). Without linear_before_reset, r's gradients come later.
+template <typename T>
+ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void gru_cell_gradient(const T* __restrict act, const T* __restrict der,
+                                                                 const T* __restrict hp, const T* __restrict lin,
+                                                                 const T* __restrict dh, const T* __restrict dy,
+                                                                 T* __restrict dg, T* __restrict drec,
+                                                                 T* __restrict rin, T* __restrict dhp, int64_t n) {
+  const T *z = act, *r = act + n, *ht = act + 2 * n;
+  if (lin != nullptr) {
+    for (int64_t j = 0; j < n; ++j) {
+      const T dhj = dh[j] + dy[j];
+      const T dxz = dhj * (hp[j] - ht[j]) * der[j];
+      const T dxh = dhj * (T(1) - z[j]) * der[2 * n + j];
+      const T dxr = dxh * lin[j] * der[n + j];
+      dg[j] = drec[j] = dxz;
+      dg[n + j] = drec[n + j] = dxr;
+      dg[2 * n + j] = dxh;
+      drec[2 * n + j] = dxh * r[j];
+      rin[j] = hp[j];
+      dhp[j] = dhj * z[j];
+    }
+    return;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const T dhj = dh[j] + dy[j];
+    const T dxz = dhj * (hp[j] - ht[j]) * der[j];
+    const T dxh = dhj * (T(1) - z[j]) * der[2 * n + j];
+    dg[j] = drec[j] = dxz;
+    dg[2 * n + j] = drec[2 * n + j] = dxh;
+    rin[j] = r[j] * hp[j];
+    dhp[j] = dhj * z[j];
+  }
+}
+
 // One direction's steps backwards for a range of batch rows: the rows never meet until the
 // weight gradients, which the caller takes from dgates and drec over all steps at once.
 // dy: time-major [seq, batch, H] or null. dgates ([seq, batch, GH]; zeros where a row is past
@@ -145,43 +183,20 @@ struct Backpropagation {
       plain_lstm_cell_gradient(act, rec.cprev.data() + row * H, rec.hc.data() + row * H, dyr, dhb, dcb, dg, H);
       return;
     }
-    for (int64_t j = 0; j < H; ++j) dhb[j] += dyr[j];
     const T* pre = rec.pre.data() + row * GH;
     const T* hp = rec.hprev.data() + row * H;
     T* der = derivatives.data() + b * GH;  // each gate's activation derivative
+    if (a.cell == Cell::kGru) {
+      activation_derivative(dir.f, a.clip, pre, act, der, 2 * H);
+      activation_derivative(dir.g, a.clip, pre + 2 * H, act + 2 * H, der + 2 * H, H);
+      const T* lin = a.linear_before_reset ? rec.hr.data() + row * H : nullptr;
+      gru_cell_gradient(act, der, hp, lin, dhb, dyr, dg, drec + row * GH, rin + row * H, dhp.data() + b * H, H);
+      return;
+    }
+    for (int64_t j = 0; j < H; ++j) dhb[j] += dyr[j];
     if (a.cell == Cell::kRnn) {
       activation_derivative(dir.f, a.clip, pre, act, der, H);
       for (int64_t j = 0; j < H; ++j) dg[j] = dhb[j] * der[j];
-      return;
-    }
-    if (a.cell == Cell::kGru) {
-      T* dr = drec + row * GH;
-      T* rn = rin + row * H;
-      T* dhpb = dhp.data() + b * H;
-      const T *z = act, *r = act + H, *ht = act + 2 * H;
-      activation_derivative(dir.f, a.clip, pre, z, der, 2 * H);
-      activation_derivative(dir.g, a.clip, pre + 2 * H, ht, der + 2 * H, H);
-      for (int64_t j = 0; j < H; ++j) {
-        const T dxz = dhb[j] * (hp[j] - ht[j]) * der[j];
-        const T dxh = dhb[j] * (T(1) - z[j]) * der[2 * H + j];
-        dg[j] = dr[j] = dxz;
-        dg[2 * H + j] = dxh;
-        dhpb[j] = dhb[j] * z[j];
-      }
-      if (a.linear_before_reset) {
-        const T* lin = rec.hr.data() + row * H;
-        for (int64_t j = 0; j < H; ++j) {
-          const T dxh = dg[2 * H + j];
-          dg[H + j] = dr[H + j] = dxh * lin[j] * der[H + j];
-          dr[2 * H + j] = dxh * r[j];
-          rn[j] = hp[j];
-        }
-      } else {
-        for (int64_t j = 0; j < H; ++j) {
-          dr[2 * H + j] = dg[2 * H + j];
-          rn[j] = r[j] * hp[j];
-        }
-      }
       return;
     }
     const T* cp = rec.cprev.data() + row * H;
