@@ -274,17 +274,17 @@ struct Recurrence {
           T* pre = rec.data() + b * GH;
           T* act = acts.data() + b * GH;
           const T* xr = xw + row * GH;
-          if (record != nullptr) std::copy(hp, hp + H, record->hprev.data() + row * H);
+          if (record != nullptr) std::copy(hp, hp + H, record->hprev + row * H);
           if (a.cell == Cell::kRnn) {
             for (int64_t j = 0; j < GH; ++j) pre[j] += xr[j] + bi[j];
-            if (record != nullptr) std::copy(pre, pre + GH, record->pre.data() + row * GH);
+            if (record != nullptr) std::copy(pre, pre + GH, record->pre + row * GH);
             activate(dir.f, a.clip, pre, hb, H);
-            if (record != nullptr) std::copy(hb, hb + H, record->act.data() + row * GH);
+            if (record != nullptr) std::copy(hb, hb + H, record->act + row * GH);
           } else if (gru) {
             T* xh = pre + 2 * H;
             if (a.linear_before_reset) {
               const T* r = act + H;
-              T* lin_out = record != nullptr ? record->hr.data() + row * H : nullptr;
+              T* lin_out = record != nullptr ? record->hr + row * H : nullptr;
               for (int64_t j = 0; j < H; ++j) {
                 const T lin = xh[j] + (rbh != nullptr ? rbh[j] : T(0));  // H Rh^T + Rbh
                 if (lin_out != nullptr) lin_out[j] = lin;
@@ -294,24 +294,23 @@ struct Recurrence {
               const T* hl = hlin.data() + b * H;
               for (int64_t j = 0; j < H; ++j) xh[j] += hl[j] + (rbh != nullptr ? rbh[j] : T(0));
             }
-            if (record != nullptr) std::copy(pre, pre + GH, record->pre.data() + row * GH);
+            if (record != nullptr) std::copy(pre, pre + GH, record->pre + row * GH);
             T* z = act;
             T* ht = act + 2 * H;
             activate(dir.f, a.clip, pre, z, H);
             activate(dir.g, a.clip, xh, ht, H);
             for (int64_t j = 0; j < H; ++j) hb[j] = (T(1) - z[j]) * ht[j] + z[j] * hp[j];
-            if (record != nullptr) std::copy(act, act + GH, record->act.data() + row * GH);
+            if (record != nullptr) std::copy(act, act + GH, record->act + row * GH);
           } else if (plain && record == nullptr) {
             plain_lstm_cell(pre, xr, bi, c + b * H, hb, H);
           } else if (plain) {
-            plain_lstm_cell_recorded(pre, xr, bi, c + b * H, hb, record->act.data() + row * GH,
-                                     record->cprev.data() + row * H, record->c.data() + row * H,
-                                     record->hc.data() + row * H, H);
+            plain_lstm_cell_recorded(pre, xr, bi, c + b * H, hb, record->act + row * GH, record->cprev + row * H,
+                                     record->c + row * H, record->hc + row * H, H);
           } else {
             for (int64_t j = 0; j < GH; ++j) pre[j] += xr[j] + bi[j];
             // gates i o f c at 0, H, 2H, 3H
             T* cb = c + b * H;
-            if (record != nullptr) std::copy(cb, cb + H, record->cprev.data() + row * H);
+            if (record != nullptr) std::copy(cb, cb + H, record->cprev + row * H);
             if (pi != nullptr) {
               for (int64_t j = 0; j < H; ++j) {
                 pre[j] += pi[j] * cb[j];
@@ -333,13 +332,13 @@ struct Recurrence {
             activate(dir.f, a.clip, pre + H, o, H);
             activate(dir.h, std::optional<double>{}, cb, hb, H);
             if (record != nullptr) {
-              std::copy(hb, hb + H, record->hc.data() + row * H);
-              std::copy(act, act + GH, record->act.data() + row * GH);
+              std::copy(hb, hb + H, record->hc + row * H);
+              std::copy(act, act + GH, record->act + row * GH);
             }
             for (int64_t j = 0; j < H; ++j) hb[j] *= o[j];
             if (record != nullptr) {
-              std::copy(pre, pre + GH, record->pre.data() + row * GH);
-              std::copy(cb, cb + H, record->c.data() + row * H);
+              std::copy(pre, pre + GH, record->pre + row * GH);
+              std::copy(cb, cb + H, record->c + row * H);
             }
           }
           if (y.base != nullptr) std::copy(hb, hb + H, y.row(t, first + b));
@@ -356,18 +355,14 @@ struct Recurrence {
 template <typename T>
 void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vector<int64_t>& lens,
                    const Direction<T>& dir, OutputRows<T> y, std::vector<T>& h, std::vector<T>& c, Record<T>* record,
-                   const StepProduct<T>* packed_recurrent, const StepProduct<T>* packed_reset,
-                   std::vector<T>* projection) {
+                   const StepProduct<T>* packed_recurrent, const StepProduct<T>* packed_reset, T* projection) {
   const int64_t H = s.hidden, GH = s.gh(), B = s.batch;
   const bool gru = a.cell == Cell::kGru;
   // X W^T, all steps at once (every element written: no need to clear it first), below; in
-  // the caller's buffer when it keeps one.
+  // the caller's buffer when it gives one.
   std::unique_ptr<T[]> own_xw;
-  T* xw = nullptr;
-  if (projection != nullptr) {
-    projection->resize(static_cast<size_t>(s.seq * B * GH));
-    xw = projection->data();
-  } else {
+  T* xw = projection;
+  if (xw == nullptr) {
     own_xw = std::make_unique_for_overwrite<T[]>(static_cast<size_t>(s.seq * B * GH));
     xw = own_xw.get();
   }
@@ -463,12 +458,11 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
 
 template void run_direction<float>(const RecurrentAttributes&, const Sizes&, const std::vector<int64_t>&,
                                    const Direction<float>&, OutputRows<float>, std::vector<float>&, std::vector<float>&,
-                                   Record<float>*, const StepProduct<float>*, const StepProduct<float>*,
-                                   std::vector<float>*);
+                                   Record<float>*, const StepProduct<float>*, const StepProduct<float>*, float*);
 template void run_direction<double>(const RecurrentAttributes&, const Sizes&, const std::vector<int64_t>&,
                                     const Direction<double>&, OutputRows<double>, std::vector<double>&,
                                     std::vector<double>&, Record<double>*, const StepProduct<double>*,
-                                    const StepProduct<double>*, std::vector<double>*);
+                                    const StepProduct<double>*, double*);
 
 namespace {
 

@@ -389,16 +389,17 @@ struct Direction {
   Activation f, g, h;
 };
 
-// What the forward records for the gradient, indexed by time (not step): row (t, b).
+// What the forward records for the gradient, indexed by time (not step): row (t, b). The
+// buffers are the gradient's (null where the cell records nothing there).
 template <typename T>
 struct Record {
-  std::vector<T> pre;    // [seq, batch, GH] the gate pre-activations (before clip)
-  std::vector<T> hprev;  // [seq, batch, H] the hidden state the step read
-  std::vector<T> cprev;  // LSTM: [seq, batch, H] the cell state the step read
-  std::vector<T> c;      // LSTM: [seq, batch, H] the cell state the step wrote
-  std::vector<T> hr;     // GRU with linear_before_reset: [seq, batch, H] H Rh^T + Rbh
-  std::vector<T> act;    // [seq, batch, GH] the activated gates (RNN: H itself)
-  std::vector<T> hc;     // LSTM: [seq, batch, H] h(C)
+  T* pre = nullptr;    // [seq, batch, GH] the gate pre-activations (before clip); not for plain_lstm
+  T* hprev = nullptr;  // [seq, batch, H] the hidden state the step read
+  T* cprev = nullptr;  // LSTM: [seq, batch, H] the cell state the step read
+  T* c = nullptr;      // LSTM: [seq, batch, H] the cell state the step wrote
+  T* hr = nullptr;     // GRU with linear_before_reset: [seq, batch, H] H Rh^T + Rbh
+  T* act = nullptr;    // [seq, batch, GH] the activated gates (RNN: H itself)
+  T* hc = nullptr;     // LSTM: [seq, batch, H] h(C)
 };
 
 inline int64_t time_of(bool reverse, int64_t step, int64_t len) {
@@ -588,13 +589,13 @@ struct OutputRows {
 // The forward of one direction. y gets the outputs (the rows of steps past a row's length
 // are left as they are: the caller zero-fills them); h, c (in: the initial state) end with
 // the final state; `record`, when given, gets what the gradient reads; `projection`, when
-// given, holds X W^T (a buffer the caller keeps from run to run). Defined in recurrent.cc,
-// for float and double.
+// given, holds X W^T ([seq, batch, GH], the caller's buffer). Defined in recurrent.cc, for
+// float and double.
 template <typename T>
 void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vector<int64_t>& lens,
                    const Direction<T>& dir, OutputRows<T> y, std::vector<T>& h, std::vector<T>& c, Record<T>* record,
                    const StepProduct<T>* packed_recurrent = nullptr, const StepProduct<T>* packed_reset = nullptr,
-                   std::vector<T>* projection = nullptr);
+                   T* projection = nullptr);
 
 // The same, y time-major [seq, batch, H] (zero-filled by the caller).
 template <typename T>

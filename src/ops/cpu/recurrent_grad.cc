@@ -11,12 +11,10 @@
 #include <algorithm>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <system_error>
 #include <thread>
-#include <type_traits>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -178,18 +176,18 @@ struct Backpropagation {
     const int64_t H = s.hidden, GH = s.gh();
     const T* dyr = dy != nullptr ? dy + row * H : no_dy;
     T* dg = dgates + row * GH;
-    const T* act = rec.act.data() + row * GH;
+    const T* act = rec.act + row * GH;
     if (plain) {
-      plain_lstm_cell_gradient(act, rec.cprev.data() + row * H, rec.hc.data() + row * H, dyr, dhb, dcb, dg, H);
+      plain_lstm_cell_gradient(act, rec.cprev + row * H, rec.hc + row * H, dyr, dhb, dcb, dg, H);
       return;
     }
-    const T* pre = rec.pre.data() + row * GH;
-    const T* hp = rec.hprev.data() + row * H;
+    const T* pre = rec.pre + row * GH;
+    const T* hp = rec.hprev + row * H;
     T* der = derivatives.data() + b * GH;  // each gate's activation derivative
     if (a.cell == Cell::kGru) {
       activation_derivative(dir.f, a.clip, pre, act, der, 2 * H);
       activation_derivative(dir.g, a.clip, pre + 2 * H, act + 2 * H, der + 2 * H, H);
-      const T* lin = a.linear_before_reset ? rec.hr.data() + row * H : nullptr;
+      const T* lin = a.linear_before_reset ? rec.hr + row * H : nullptr;
       gru_cell_gradient(act, der, hp, lin, dhb, dyr, dg, drec + row * GH, rin + row * H, dhp.data() + b * H, H);
       return;
     }
@@ -199,9 +197,9 @@ struct Backpropagation {
       for (int64_t j = 0; j < H; ++j) dg[j] = dhb[j] * der[j];
       return;
     }
-    const T* cp = rec.cprev.data() + row * H;
-    const T* cn = rec.c.data() + row * H;
-    const T* hc = rec.hc.data() + row * H;
+    const T* cp = rec.cprev + row * H;
+    const T* cn = rec.c + row * H;
+    const T* hc = rec.hc + row * H;
     const T *pi = dir.p, *po = dir.p != nullptr ? dir.p + H : nullptr, *pf = dir.p != nullptr ? dir.p + 2 * H : nullptr;
     const T *i = act, *o = act + H, *f = act + 2 * H, *g = act + 3 * H;
     T *di_x = der, *do_x = der + H, *df_x = der + 2 * H, *dg_x = der + 3 * H;
@@ -231,10 +229,10 @@ struct Backpropagation {
   void reset_gradient(int64_t b, int64_t row, const std::vector<T>& dreset, std::vector<T>& dhp,
                       const std::vector<T>& derivatives) const {
     const int64_t H = s.hidden, GH = s.gh();
-    const T* hp = rec.hprev.data() + row * H;
+    const T* hp = rec.hprev + row * H;
     T* dg = dgates + row * GH;
     T* dr = drec + row * GH;
-    const T* r = rec.act.data() + row * GH + H;
+    const T* r = rec.act + row * GH + H;
     const T* der = derivatives.data() + b * GH;
     for (int64_t j = 0; j < H; ++j) {
       const T drs = dreset[static_cast<size_t>(b * H + j)];
@@ -282,41 +280,21 @@ void for_each_part(int64_t batch, int parts, int threads, F&& body) {
   }
 }
 
-// What a gradient kernel keeps from run to run, per direction: the record, X W^T and the
-// gate gradients are megabytes, which the allocator would hand back to the system after each
-// run and fault in again, page by page, in the next (some 1100 faults per training step of
-// an LSTM 32 x 16 x 256, a tenth of its time).
+// The buffers of one direction, from the run's arena (kept from run to run: multi-megabyte
+// heap buffers were handed back to the system after each run and faulted in again, page by
+// page, in the next: some 1400 faults per training step of an LSTM 32 x 16 x 256).
 template <typename T>
 struct DirectionBuffers {
   Record<T> rec;
-  std::vector<T> projection, dgates, drec, rin, dx;
+  T* projection = nullptr;  // X W^T
+  T* dgates = nullptr;
+  T* drec = nullptr;  // GRU
+  T* rin = nullptr;   // GRU
+  T* dx = nullptr;    // [seq, batch, I] this direction's share of dX
 };
 
-struct Workspace {
-  std::mutex busy;  // a run that finds it taken (the kernel running on another thread) uses buffers of its own
-  std::vector<DirectionBuffers<float>> f32;
-  std::vector<DirectionBuffers<double>> f64;
-
-  template <typename T>
-  std::vector<DirectionBuffers<T>>& buffers() {
-    if constexpr (std::is_same_v<T, float>) {
-      return f32;
-    } else {
-      return f64;
-    }
-  }
-};
-
-// v as n elements: its old contents where it had n already, zeros where `clear`.
 template <typename T>
-void size_buffer(std::vector<T>& v, int64_t n, bool clear) {
-  v.resize(static_cast<size_t>(n));
-  if (clear) std::fill(v.begin(), v.end(), T(0));
-}
-
-template <typename T>
-void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s,
-              std::vector<DirectionBuffers<T>>& buffers) {
+void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s) {
   const int available = omp_get_max_threads();
   const RecurrentLayout lay{a.layout, s.seq, s.batch, s.directions, s.hidden};
   const std::vector<int64_t> lens = sequence_lengths(ctx, s);
@@ -342,7 +320,39 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s,
   const T* dyc = lstm ? grad_input(2) : nullptr;
   const int64_t H = s.hidden, GH = s.gh(), B = s.batch, SB = s.seq * s.batch;
 
-  buffers.resize(static_cast<size_t>(s.directions));
+  // Every buffer's row is written when every row runs the whole sequence; else the rows past
+  // a row's length are zeros. Taken here, not on the directions' threads.
+  std::vector<Tensor> scratch;
+  const auto take = [&](int64_t n, bool clear) {
+    scratch.push_back(ctx.allocate_scratch(dtype, {n}));
+    T* p = scratch.back().template data<T>();
+    if (clear) std::fill_n(p, n, T(0));
+    return p;
+  };
+  std::vector<Direction<T>> dirs;
+  std::vector<DirectionBuffers<T>> buffers(static_cast<size_t>(s.directions));
+  for (int64_t d = 0; d < s.directions; ++d) {
+    dirs.push_back(direction_inputs<T>(ctx, a, s, lay, x.data(), d));
+    DirectionBuffers<T>& buf = buffers[static_cast<size_t>(d)];
+    Record<T>& rec = buf.rec;
+    const bool clear = !whole;
+    if (!plain_lstm(a, dirs.back())) rec.pre = take(SB * GH, clear);
+    rec.hprev = take(SB * H, clear);
+    if (lstm) {
+      rec.cprev = take(SB * H, clear);
+      rec.c = take(SB * H, clear);
+      rec.hc = take(SB * H, clear);
+    }
+    if (gru && a.linear_before_reset) rec.hr = take(SB * H, clear);
+    rec.act = take(SB * GH, clear);
+    buf.projection = take(SB * GH, false);
+    buf.dgates = take(SB * GH, clear);
+    if (gru) {
+      buf.drec = take(SB * GH, clear);
+      buf.rin = take(SB * H, clear);
+    }
+    buf.dx = take(SB * s.input, false);
+  }
   Tensor* dw = ctx.has_output(1) ? &ctx.allocate_output(1, dtype, ctx.input(kW).shape()) : nullptr;
   Tensor* dr = ctx.has_output(2) ? &ctx.allocate_output(2, dtype, ctx.input(kR).shape()) : nullptr;
   Tensor* db = ctx.has_output(3) ? &ctx.allocate_output(3, dtype, {s.directions, 2 * GH}) : nullptr;
@@ -352,25 +362,15 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s,
   Tensor* dp = lstm && ctx.has_output(6) ? &ctx.allocate_output(6, dtype, {s.directions, 3 * H}) : nullptr;
 
   for_each_direction(s, available, [&](int64_t d) {
-    const Direction<T> dir = direction_inputs<T>(ctx, a, s, lay, x.data(), d);
+    const Direction<T>& dir = dirs[static_cast<size_t>(d)];
     const bool plain = plain_lstm(a, dir);
-    // The forward again, recording each step (rows past their length stay zeros).
+    // The forward again, recording each step.
     DirectionBuffers<T>& buf = buffers[static_cast<size_t>(d)];
     Record<T>& rec = buf.rec;
-    const bool clear = !whole;
-    if (!plain) size_buffer(rec.pre, SB * GH, clear);
-    size_buffer(rec.hprev, SB * H, clear);
-    if (lstm) {
-      size_buffer(rec.cprev, SB * H, clear);
-      size_buffer(rec.c, SB * H, clear);
-      size_buffer(rec.hc, SB * H, clear);
-    }
-    if (gru && a.linear_before_reset) size_buffer(rec.hr, SB * H, clear);
-    size_buffer(rec.act, SB * GH, clear);
     {
       const ThreadScope threads(forward_threads(s));
       std::vector<T> h = dir.h0, c = dir.c0;
-      run_direction<T>(a, s, lens, dir, OutputRows<T>{}, h, c, &rec, nullptr, nullptr, &buf.projection);
+      run_direction<T>(a, s, lens, dir, OutputRows<T>{}, h, c, &rec, nullptr, nullptr, buf.projection);
     }
     // dY of this direction, time-major [seq, batch, H]: dY itself for one direction in layout 0.
     std::vector<T> dydir;
@@ -386,15 +386,9 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s,
       if (dyh != nullptr) std::copy_n(dyh + lay.state(d, b), H, dh.data() + b * H);
       if (dyc != nullptr) std::copy_n(dyc + lay.state(d, b), H, dc.data() + b * H);
     }
-    // Every row of dgates, drec and rin is written when every row runs the whole sequence.
-    size_buffer(buf.dgates, SB * GH, clear);
-    if (gru) {
-      size_buffer(buf.drec, SB * GH, clear);
-      size_buffer(buf.rin, SB * H, clear);
-    }
-    T* dgates = buf.dgates.data();
-    T* drec = gru ? buf.drec.data() : nullptr;
-    T* rin = gru ? buf.rin.data() : nullptr;
+    T* dgates = buf.dgates;
+    T* drec = buf.drec;
+    T* rin = buf.rin;
     {
       const int parts = batch_parts(s);
       const int64_t part_rows = (B + parts - 1) / parts;
@@ -421,9 +415,7 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s,
 
     // dX = dG W; dW = dG^T X; dR = dRec^T H_prev (GRU's h gate: by rin); dB = column sums;
     // each one product over every step.
-    std::vector<T>& dx = buf.dx;
-    dx.resize(static_cast<size_t>(SB * s.input));
-    gemm<T>(false, false, SB, s.input, GH, T(1), dgates, GH, dir.w, s.input, T(0), dx.data(), s.input);
+    gemm<T>(false, false, SB, s.input, GH, T(1), dgates, GH, dir.w, s.input, T(0), buf.dx, s.input);
     if (dw != nullptr) {
       gemm<T>(true, false, GH, s.input, SB, T(1), dgates, GH, x.data(), s.input, T(0), dw->data<T>() + d * GH * s.input,
               s.input);
@@ -432,7 +424,7 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s,
     if (dr != nullptr) {
       T* out = dr->data<T>() + d * GH * H;
       const int64_t plain_rows = gru ? 2 * H : GH;
-      gemm<T>(true, false, plain_rows, H, SB, T(1), dr_rows, GH, rec.hprev.data(), H, T(0), out, H);
+      gemm<T>(true, false, plain_rows, H, SB, T(1), dr_rows, GH, rec.hprev, H, T(0), out, H);
       if (gru) gemm<T>(true, false, H, H, SB, T(1), drec + 2 * H, GH, rin, H, T(0), out + 2 * H * H, H);
     }
     if (db != nullptr) {
@@ -456,8 +448,8 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s,
       std::fill(out, out + 3 * H, T(0));
       for (int64_t row = 0; row < SB; ++row) {
         const T* g = dgates + row * GH;
-        const T* cp = rec.cprev.data() + row * H;
-        const T* cn = rec.c.data() + row * H;
+        const T* cp = rec.cprev + row * H;
+        const T* cn = rec.c + row * H;
         for (int64_t j = 0; j < H; ++j) {
           out[j] += g[j] * cp[j];                  // i
           out[H + j] += g[H + j] * cn[j];          // o
@@ -471,26 +463,22 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s,
     }
   });
   if (ctx.has_output(0)) {
-    std::vector<T>& dx = buffers[0].dx;
-    for (size_t d = 1; d < static_cast<size_t>(s.directions); ++d)
-      for (size_t i = 0; i < dx.size(); ++i) dx[i] += buffers[d].dx[i];
+    T* dx = buffers[0].dx;
+    if (s.directions == 2) {
+      for (int64_t i = 0; i < SB * s.input; ++i) dx[i] += buffers[1].dx[i];
+    }
     T* out = ctx.allocate_output(0, dtype, ctx.input(kX).shape()).template data<T>();
     for (int64_t t = 0; t < s.seq; ++t)
-      for (int64_t b = 0; b < B; ++b)
-        std::copy_n(dx.data() + (t * B + b) * s.input, s.input, out + lay.x(t, b, s.input));
+      for (int64_t b = 0; b < B; ++b) std::copy_n(dx + (t * B + b) * s.input, s.input, out + lay.x(t, b, s.input));
   }
 }
 
 KernelFactory backward_kernel(Cell cell) {
   return [cell](const KernelInfo& info) {
     const RecurrentAttributes a = read_attributes(info, cell);
-    return make_kernel([a, workspace = std::make_shared<Workspace>()](KernelContext& ctx) {
+    return make_kernel([a](KernelContext& ctx) {
       const Sizes s = check_inputs(ctx, a);
-      const std::unique_lock<std::mutex> lock(workspace->busy, std::try_to_lock);
-      Workspace own;
-      Workspace& w = lock.owns_lock() ? *workspace : own;
-      dispatch<float, double>(ctx.input(kX).dtype(), cell_name(a.cell),
-                              [&]<typename T>() { backward<T>(ctx, a, s, w.buffers<T>()); });
+      dispatch<float, double>(ctx.input(kX).dtype(), cell_name(a.cell), [&]<typename T>() { backward<T>(ctx, a, s); });
     });
   };
 }
