@@ -10,7 +10,6 @@
 // gradients and dX are a few GEMMs over all time steps at the end.
 #include <algorithm>
 #include <exception>
-#include <memory>
 #include <optional>
 #include <string>
 #include <system_error>
