@@ -46,19 +46,26 @@ ONNXTRAIN_VECTOR_INLINE float pow2(int32_t n) {
   return std::bit_cast<float>(static_cast<uint32_t>(n + 127) << 23);
 }
 
-// e^x: x = n ln2 + r with |r| <= ln2 / 2, e^r by a degree-7 polynomial (Cephes' expf
-// coefficients), then scaled by 2^n in two steps so that subnormal results come out right.
-ONNXTRAIN_VECTOR_INLINE float exp(float x) {
-  const float clamped = x != x ? 0.0f : std::min(std::max(x, -104.0f), 89.0f);
-  const float n = round_to_int(clamped * 1.44269504088896341f);
-  const float r = (clamped - n * 0.693359375f) - n * -2.12194440e-4f;  // ln 2 in two parts
+// The two factors of e^x (x finite, not far outside the float range): x = n ln2 + r with
+// n = round(x / ln2) and |r| <= ln2 / 2; returns e^r, by a degree-7 polynomial (Cephes' expf
+// coefficients), and sets n. e^x = exp_split(x, n) * 2^n.
+ONNXTRAIN_VECTOR_INLINE float exp_split(float x, float& n) {
+  n = round_to_int(x * 1.44269504088896341f);
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;  // ln 2 in two parts
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  const float y = p * r * r + r + 1.0f;
+  return p * r * r + r + 1.0f;
+}
+
+// e^x: exp_split, then scaled by 2^n in two steps so that subnormal results come out right.
+ONNXTRAIN_VECTOR_INLINE float exp(float x) {
+  const float clamped = x != x ? 0.0f : std::min(std::max(x, -104.0f), 89.0f);
+  float n;
+  const float y = exp_split(clamped, n);
   const auto k = static_cast<int32_t>(n);  // in [-150, 129]
   const int32_t half = k >> 1;
   const float result = y * pow2(half) * pow2(k - half);
