@@ -283,32 +283,17 @@ def main() -> None:
                     _print_row(f"| {model} | {exporter} | {batch} | {threads} |", measured, ratios[threads],
                                onnxtrain is not None)
 
-    if args.quantized:
+    single_ops = [(args.quantized, QUANTIZED_CASES, _quantized_model),
+                  (args.recurrent, RECURRENT_CASES, _recurrent_model),
+                  (args.attention, ATTENTION_CASES, _attention_model)]
+    for wanted, cases, build in single_ops:
+        if not wanted:
+            continue
         import tempfile
 
         with tempfile.TemporaryDirectory() as folder:
-            for op, shape in QUANTIZED_CASES:
-                path, feeds = _quantized_model(op, shape, Path(folder))
-                for threads in args.threads:
-                    measured = _measure(onnxtrain, path, feeds, threads, args)
-                    _print_row(f"| {op} | {shape} | - | {threads} |", measured, ratios[threads], onnxtrain is not None)
-
-    if args.recurrent:
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as folder:
-            for op, shape in RECURRENT_CASES:
-                path, feeds = _recurrent_model(op, shape, Path(folder))
-                for threads in args.threads:
-                    measured = _measure(onnxtrain, path, feeds, threads, args)
-                    _print_row(f"| {op} | {shape} | - | {threads} |", measured, ratios[threads], onnxtrain is not None)
-
-    if args.attention:
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as folder:
-            for op, shape in ATTENTION_CASES:
-                path, feeds = _attention_model(op, shape, Path(folder))
+            for op, shape in cases:
+                path, feeds = build(op, shape, Path(folder))
                 for threads in args.threads:
                     measured = _measure(onnxtrain, path, feeds, threads, args)
                     _print_row(f"| {op} | {shape} | - | {threads} |", measured, ratios[threads], onnxtrain is not None)
