@@ -318,3 +318,19 @@ def test_constant_weights(cell, lbr, batch):
     if cell == "GRU":
         attrs["linear_before_reset"] = lbr
     check_op(cell, inputs, attrs, n_outputs=3 if cell == "LSTM" else 2, opset=14, constants=["W", "R", "B"], **F32)
+
+
+@pytest.mark.parametrize("cell", ["LSTM", "GRU"])
+@pytest.mark.parametrize("direction", ["forward", "reverse"])
+def test_batch_split_into_row_ranges_on_threads(cell, direction):
+    # Work enough (over 2 x kPartFlops in recurrent.h) that a session with two threads splits
+    # the batch into row ranges run side by side; an odd batch splits unevenly, and rows of
+    # other lengths (0 included) end at other steps.
+    lens = [20, 3, 0, 9, 20, 1, 12, 5, 20, 7, 20, 2, 11, 20, 4, 16, 19]
+    inputs = make_inputs(cell, seq=20, batch=17, input_size=24, hidden=160, initial=True, lens=lens, scale=0.1)
+    attrs = {"linear_before_reset": 1} if cell == "GRU" else {}
+    # numpy: for a row of length 0 onnxruntime zeroes Y_h, the spec (and onnxtrain) keep initial_h.
+    run_case(cell, inputs, {"direction": direction, **attrs}, reference="numpy", tol=dict(rtol=1e-4, atol=1e-5))
+    # And against onnxruntime where no row is empty.
+    inputs["sequence_lens"] = np.maximum(inputs["sequence_lens"], 1)
+    run_case(cell, inputs, {"direction": direction, **attrs})
