@@ -852,22 +852,46 @@ def check_valid(model: onnx.ModelProto) -> None:
 # --- running a case (in the worker) ---------------------------------------------------------------
 
 
-def compare(expected: list[np.ndarray], actual: list[np.ndarray], single: list[bool] | None = None) -> str | None:
-    """None when the outputs agree; else what differs. single[i]: output i passed through float32."""
+def compare(expected: list, actual: list, single: list[bool] | None = None) -> str | None:
+    """None when the outputs agree; else what differs. single[i]: output i passed through float32.
+    An output is a tensor, a sequence of tensors (a list) or an optional without a value (None)."""
     for i, (e, a) in enumerate(zip(expected, actual)):
-        e, a = np.asarray(e), np.asarray(a)
-        if e.dtype != a.dtype or e.shape != a.shape:
-            return f"output {i}: expected {e.dtype}{list(e.shape)}, got {a.dtype}{list(a.shape)}"
-        rtol, atol = TOLERANCE.get(e.dtype.type, (0, 0))
-        if single and single[i] and e.dtype == np.float64:
-            rtol, atol = TOLERANCE[np.float32]
-        if not np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True):
-            bad = ~np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
-            first = tuple(int(j) for j in np.argwhere(bad)[0])
-            return (f"output {i}: {int(bad.sum())} of {e.size} elements differ, first at {first}: "
-                    f"expected {e[first]!r}, got {a[first]!r}")
+        difference = compare_value(f"output {i}", e, a, bool(single and single[i]))
+        if difference is not None:
+            return difference
     if len(expected) != len(actual):
         return f"expected {len(expected)} outputs, got {len(actual)}"
+    return None
+
+
+def compare_value(where: str, e, a, single: bool) -> str | None:
+    """compare() for one value; sequences element by element."""
+    def kind(value) -> str:
+        return "None" if value is None else "a sequence" if isinstance(value, list) else "a tensor"
+
+    if kind(e) != kind(a):
+        return f"{where}: expected {kind(e)}, got {kind(a)}"
+    if e is None:
+        return None
+    if isinstance(e, list):
+        if len(e) != len(a):
+            return f"{where}: expected a sequence of {len(e)} tensors, got {len(a)}"
+        for j, (e_j, a_j) in enumerate(zip(e, a)):
+            difference = compare_value(f"{where}[{j}]", e_j, a_j, single)
+            if difference is not None:
+                return difference
+        return None
+    e, a = np.asarray(e), np.asarray(a)
+    if e.dtype != a.dtype or e.shape != a.shape:
+        return f"{where}: expected {e.dtype}{list(e.shape)}, got {a.dtype}{list(a.shape)}"
+    rtol, atol = TOLERANCE.get(e.dtype.type, (0, 0))
+    if single and e.dtype == np.float64:
+        rtol, atol = TOLERANCE[np.float32]
+    if not np.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True):
+        bad = ~np.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+        first = tuple(int(j) for j in np.argwhere(bad)[0])
+        return (f"{where}: {int(bad.sum())} of {e.size} elements differ, first at {first}: "
+                f"expected {e[first]!r}, got {a[first]!r}")
     return None
 
 
