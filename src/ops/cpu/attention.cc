@@ -13,17 +13,16 @@
 // per thread. The block's two products run as GEMMs (oneDNN's sgemm for float32); keys a
 // causal or padding mask hides from the whole block are left out of both. The 16-bit
 // types compute in float, float64 in double.
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "core/dispatch.h"
-#include "core/parallel.h"
 #include "ops/cpu/layout.h"
 #include "ops/cpu/multiversion.h"
 #include "ops/cpu/onednn.h"
 #include "ops/cpu/vector_math.h"
+#include "ops/cpu/work_share.h"
 #include "ops/kernel_registry.h"
 
 namespace onnxtrain {
@@ -439,7 +438,8 @@ class AttentionKernel final : public OpKernel {
 
   static constexpr int64_t kRowBlock = 64;
 
-  // Every (batch, head, block of query rows) is one task.
+  // Every (batch, head, block of query rows) is one task, claimed by the threads as they come
+  // (work_share.h).
   template <typename A, typename T>
   void attend(KernelContext& ctx, const AttentionDims& d, const Inputs<A>& in, A scale, T* y,
               const HeadLayout& y_layout, T* qk) const {
@@ -455,38 +455,34 @@ class AttentionKernel final : public OpKernel {
     const int64_t score_size = kRowBlock * d.total(), out_size = kRowBlock * d.v_head_size;
     const int64_t key_size = std::is_same_v<A, float> ? d.head_size * padded : 0;
     const int64_t slot = (score_size + out_size + kRowBlock + key_size + 15) / 16 * 16;
-    // (parallel_for makes at most omp_get_max_threads() chunks.)
-    const int slots = std::max({1, ctx.num_threads(), omp_get_max_threads()});
-    Tensor buffers = ctx.allocate_scratch(dtype_of<A>(), {slots * slot});
-    std::atomic<int> next_slot{0};
-    parallel_for(tasks, std::max<int64_t>(1, 65536 / work), [&](int64_t begin, int64_t end) {
-      A* scores = buffers.data<A>() + next_slot.fetch_add(1) * slot;
+    const int threads = std::max(1, ctx.num_threads());
+    Tensor buffers = ctx.allocate_scratch(dtype_of<A>(), {threads * slot});
+    std::vector<int64_t> packed(static_cast<size_t>(threads), -1);  // b * kv_heads + kv_h of each slot's key_t
+    share_work(tasks, std::max<int64_t>(1, 65536 / work), threads, [&](int64_t task, int thread) {
+      A* scores = buffers.data<A>() + thread * slot;
       A* out = scores + score_size;
       A* inverse_sums = out + out_size;
       A* key_t = inverse_sums + kRowBlock;
-      int64_t packed = -1;  // b * kv_heads + kv_h of key_t
-      for (int64_t task = begin; task < end; ++task) {
-        const int64_t block = task % blocks, bh = task / blocks;
-        const int64_t b = bh / d.q_heads, h = bh % d.q_heads;
-        const int64_t i0 = block * kRowBlock, i1 = std::min(d.q_seq, i0 + kRowBlock);
-        const int64_t kv = b * d.kv_heads + h / (d.q_heads / d.kv_heads);
-        if constexpr (std::is_same_v<A, float>) {
-          if (kv != packed) {
-            pack_transposed(in.k + in.k_layout.at(b, kv % d.kv_heads, 0), d.total(), d.head_size, in.k_layout.row,
-                            key_t);
-            packed = kv;
-          }
+      const int64_t block = task % blocks, bh = task / blocks;
+      const int64_t b = bh / d.q_heads, h = bh % d.q_heads;
+      const int64_t i0 = block * kRowBlock, i1 = std::min(d.q_seq, i0 + kRowBlock);
+      const int64_t kv = b * d.kv_heads + h / (d.q_heads / d.kv_heads);
+      if constexpr (std::is_same_v<A, float>) {
+        int64_t& packed_kv = packed[static_cast<size_t>(thread)];
+        if (kv != packed_kv) {
+          pack_transposed(in.k + in.k_layout.at(b, kv % d.kv_heads, 0), d.total(), d.head_size, in.k_layout.row, key_t);
+          packed_kv = kv;
         }
-        const Packed<A> keys{key_t, padded};
-        if constexpr (std::is_same_v<A, T>) {  // Y's rows themselves (row stride y_layout.row)
-          attend_block<A, T>(d, in, scale, b, h, i0, i1, scores, y + y_layout.at(b, h, i0), y_layout.row, inverse_sums,
-                             keys, qk);
-          continue;
-        }
-        attend_block<A, T>(d, in, scale, b, h, i0, i1, scores, out, d.v_head_size, inverse_sums, keys, qk);
-        for (int64_t i = i0; i < i1; ++i)
-          store_row(y + y_layout.at(b, h, i), out + (i - i0) * d.v_head_size, d.v_head_size);
       }
+      const Packed<A> keys{key_t, padded};
+      if constexpr (std::is_same_v<A, T>) {  // Y's rows themselves (row stride y_layout.row)
+        attend_block<A, T>(d, in, scale, b, h, i0, i1, scores, y + y_layout.at(b, h, i0), y_layout.row, inverse_sums,
+                           keys, qk);
+        return;
+      }
+      attend_block<A, T>(d, in, scale, b, h, i0, i1, scores, out, d.v_head_size, inverse_sums, keys, qk);
+      for (int64_t i = i0; i < i1; ++i)
+        store_row(y + y_layout.at(b, h, i), out + (i - i0) * d.v_head_size, d.v_head_size);
     });
   }
 

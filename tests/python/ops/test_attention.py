@@ -173,3 +173,23 @@ def test_attention_fully_masked_row_is_nan_as_the_reference():
     mask = np.ones((3, 4), bool)
     mask[1] = False  # query 1 sees no key: softmax 0/0
     attention({**inputs, "mask": mask}, reference="onnx.reference")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_attention_threads(threads):
+    # Tasks (batch x heads x blocks of 64 query rows) shared among the threads as they come
+    # (work_share.h): each thread keeps K^T of the last key/value head it packed.
+    import onnxtrain
+
+    from op_harness import run_reference
+
+    options = onnxtrain.SessionOptions()
+    options.intra_op_num_threads = threads
+    for inputs, attrs in [(qkv(b=3, hq=4, hkv=2, sq=131, skv=131, d=64, dv=48), {"is_causal": 1}),
+                          (qkv(b=2, hq=3, hkv=1, sq=70, skv=37, d=20, dv=7), {}),
+                          (qkv(b=1, hq=1, hkv=1, sq=1, skv=5, d=8, dv=8), {})]:
+        model = make_model("Attention", inputs, attrs, opset=23)
+        session = onnxtrain.InferenceSession(model.SerializeToString(), sess_options=options)
+        for _ in range(3):  # the helpers' buffers and packed keys reused
+            np.testing.assert_allclose(session.run(None, inputs)[0], run_reference(model, inputs, "onnxruntime")[0],
+                                       **F32)
