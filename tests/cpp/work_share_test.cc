@@ -33,6 +33,19 @@ TEST(WorkShare, RunsEachItemOnceOnValidSlots) {
       for (int64_t grain : {1, 3, 100}) expect_each_item_once(n, grain, threads);
 }
 
+TEST(WorkShare, RangesCoverEachIndexOnce) {
+  for (int threads : {1, 2, 3})
+    for (int64_t n : {0, 1, 5, 64, 1001})
+      for (int64_t grain : {1, 7, 5000}) {
+        std::vector<std::atomic<int>> seen(static_cast<size_t>(n));
+        share_ranges(n, grain, threads, [&](int64_t begin, int64_t end) {
+          EXPECT_TRUE(end - begin >= std::min(grain, n) || end == n) << begin << ".." << end;
+          for (int64_t i = begin; i < end; ++i) ++seen[static_cast<size_t>(i)];
+        });
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(seen[static_cast<size_t>(i)], 1) << "index " << i << " of " << n;
+      }
+}
+
 TEST(WorkShare, ManyJobsInARow) {
   // Jobs back to back: helpers still in one job must not run items of the next as the old.
   for (int round = 0; round < 2000; ++round) expect_each_item_once(1 + round % 13, 1, 2);

@@ -17,6 +17,7 @@
 // a time: another caller meanwhile (a second session, a nested call) runs its items alone.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -37,6 +38,16 @@ void share_work(int64_t n, int64_t grain, int threads, F&& f) {
   detail::share_work(
       n, grain, threads, [](void* context, int64_t item, int slot) { (*static_cast<Function*>(context))(item, slot); },
       const_cast<void*>(static_cast<const void*>(&f)));
+}
+
+// Calls f(begin, end) over [0, n) in ranges of at least `grain` items, about four per
+// thread, shared as share_work's items (parallel_for's form).
+template <typename F>
+void share_ranges(int64_t n, int64_t grain, int threads, F&& f) {
+  if (n <= 0) return;
+  const int64_t size = std::max<int64_t>({grain, 1, (n + 4 * threads - 1) / (4 * std::max(threads, 1))});
+  share_work((n + size - 1) / size, 1, threads,
+             [&](int64_t range, int) { f(range * size, std::min(n, (range + 1) * size)); });
 }
 
 }  // namespace onnxtrain
