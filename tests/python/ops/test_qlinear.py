@@ -43,9 +43,12 @@ def node_model(op, inputs, constants, attrs=None, opset=21):
     return model, feeds
 
 
-def compare(op, inputs, constants=(), attrs=None, reference="onnxruntime", opset=21):
+def compare(op, inputs, constants=(), attrs=None, reference="onnxruntime", opset=21, threads=None):
     model, feeds = node_model(op, inputs, constants, attrs, opset)
-    ours = onnxtrain.InferenceSession(model.SerializeToString()).run(None, feeds)[0]
+    options = onnxtrain.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    ours = onnxtrain.InferenceSession(model.SerializeToString(), sess_options=options).run(None, feeds)[0]
     if reference == "onnxruntime":
         import onnxruntime as ort
 
@@ -179,6 +182,33 @@ def test_qlinear_matmul_16bit_scales(scale_type):
     compare("QLinearMatMul", inputs, reference="onnx.reference")
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("a_type,b_type", PAIRS, ids=lambda t: np.dtype(t).name)
+def test_integer_matmul_threads(a_type, b_type, threads):
+    # On several threads a constant B's product runs in blocks of rows (at least 16, about
+    # four per thread, a shorter last one) shared among the threads; the zero point
+    # corrections and the requantization in shared ranges of rows. Zero points for all and
+    # per row / column.
+    for m in (33, 77, 200):
+        a, b = ints(a_type, (m, 70)), ints(b_type, (70, 45))
+        for a_zp, b_zp in [(zero_point(a_type), zero_point(b_type)), (zero_point(a_type, m), zero_point(b_type, 45))]:
+            inputs = {"a": a, "b": b, "a_zero_point": a_zp, "b_zero_point": b_zp}
+            model, feeds = node_model("MatMulInteger", inputs, ("b", "b_zero_point"))
+            options = onnxtrain.SessionOptions()
+            options.intra_op_num_threads = threads
+            session = onnxtrain.InferenceSession(model.SerializeToString(), sess_options=options)
+            za = a_zp.astype(np.int64).reshape(-1, 1) if a_zp.ndim else int(a_zp)
+            expected = ((a.astype(np.int64) - za) @ (b.astype(np.int64) - b_zp.astype(np.int64))).astype(np.int32)
+            for _ in range(2):  # the prepared blocks reused
+                np.testing.assert_array_equal(session.run(None, feeds)[0], expected)
+        if (a_type, b_type) != (np.int8, np.uint8):
+            inputs = {"a": a, "a_scale": np.array(0.02, np.float32), "a_zero_point": zero_point(a_type),
+                      "b": b, "b_scale": np.array(0.015, np.float32), "b_zero_point": zero_point(b_type),
+                      "y_scale": np.array(0.3, np.float32), "y_zero_point": zero_point(a_type)}
+            compare("QLinearMatMul", inputs, ("b", "b_scale", "b_zero_point", "y_scale", "y_zero_point"),
+                    threads=threads)
+
+
 # ---- ConvInteger and QLinearConv ----
 
 CONV_CASES = [
@@ -229,6 +259,22 @@ def test_qlinear_conv(case, x_type, w_type, per_channel):
               "y_scale": np.array(0.4, np.float32), "y_zero_point": zero_point(x_type),
               "B": rng.integers(-2000, 2000, size=m).astype(np.int32)}
     compare("QLinearConv", inputs, ("w", "w_scale", "w_zero_point", "B"), case["attrs"], opset=10)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_qlinear_conv_threads(threads):
+    # oneDNN's int8 convolution in bands of output rows over a batch of images, the bands
+    # shared among the threads (each with its own buffers).
+    x, w = ints(np.uint8, (3, 16, 21, 19)), ints(np.int8, (24, 16, 3, 3))
+    inputs = {"x": x, "x_scale": np.array(0.03, np.float32), "x_zero_point": zero_point(np.uint8),
+              "w": w, "w_scale": np.linspace(0.002, 0.01, 24).astype(np.float32), "w_zero_point": np.zeros(24, np.int8),
+              "y_scale": np.array(0.4, np.float32), "y_zero_point": zero_point(np.uint8),
+              "B": rng.integers(-2000, 2000, size=24).astype(np.int32)}
+    compare("QLinearConv", inputs, ("w", "w_scale", "w_zero_point", "B"), {"pads": [1, 1, 1, 1]}, opset=10,
+            threads=threads)
+    conv_inputs = {"x": x, "w": w, "x_zero_point": inputs["x_zero_point"], "w_zero_point": np.array(0, np.int8)}
+    compare("ConvInteger", conv_inputs, ("w",), {"pads": [1, 1, 1, 1], "strides": [2, 1]}, reference="onnx.reference",
+            opset=10, threads=threads)
 
 
 def test_integer_ops_errors():
