@@ -64,6 +64,11 @@ class TrainingAgent {
   const std::vector<ValueMetadata>& inputs() const;
   const std::vector<ValueMetadata>& outputs() const;
 
+  // With SessionOptions::enable_profiling: writes the per-kernel profile of the forward and
+  // backward runs so far (one Chrome-trace JSON, "<profile_file_prefix>_<date>_<time>.json")
+  // and returns its path; "" without profiling.
+  std::string end_profiling();
+
  private:
   void prepare();
 

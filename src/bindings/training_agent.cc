@@ -1,6 +1,7 @@
 // onnxtrain._C: TrainingAgent, forward and backward as two partial runs.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/filesystem.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unordered_map.h>
 #include <nanobind/stl/vector.h>
@@ -28,10 +29,12 @@ nb::list hand_out(std::vector<Tensor> tensors, bool as_torch) {
   return list;
 }
 
+// `threads` (when not 0) overrides the options' intra_op_num_threads.
 TrainingAgent make_agent(nb::object model, std::vector<std::string> forward_outputs,
-                         std::vector<std::string> backward_outputs, int threads) {
-  SessionOptions options;
-  options.intra_op_num_threads = threads;
+                         std::vector<std::string> backward_outputs, int threads,
+                         const std::optional<SessionOptions>& session_options) {
+  SessionOptions options = session_options.value_or(SessionOptions{});
+  if (threads != 0 || !session_options) options.intra_op_num_threads = threads;
   return with_model_source(model, [&](const auto& source) {
     return TrainingAgent(source, std::move(forward_outputs), std::move(backward_outputs), options);
   });
@@ -52,11 +55,11 @@ void bind_training_agent(nb::module_& m) {
       .def(
           "__init__",
           [](TrainingAgent* self, nb::object model, std::vector<std::string> forward_outputs,
-             std::vector<std::string> backward_outputs, int threads) {
-            new (self) TrainingAgent(
-                make_agent(std::move(model), std::move(forward_outputs), std::move(backward_outputs), threads));
+             std::vector<std::string> backward_outputs, int threads, const std::optional<SessionOptions>& options) {
+            new (self) TrainingAgent(make_agent(std::move(model), std::move(forward_outputs),
+                                                std::move(backward_outputs), threads, options));
           },
-          "model"_a, "forward_outputs"_a, "backward_outputs"_a, "intra_op_num_threads"_a = 0)
+          "model"_a, "forward_outputs"_a, "backward_outputs"_a, "intra_op_num_threads"_a = 0, "options"_a = nb::none())
       .def(
           "run_forward",
           [](TrainingAgent& agent, nb::dict feeds, bool as_torch, const TypedInputs& typed_inputs) {
@@ -88,6 +91,7 @@ void bind_training_agent(nb::module_& m) {
             return hand_out(std::move(grads), as_torch);
           },
           "output_grads"_a, "state"_a, "as_torch"_a = false, "typed_inputs"_a = TypedInputs{})
+      .def("end_profiling", &TrainingAgent::end_profiling)
       .def_prop_ro("forward_outputs", &TrainingAgent::forward_outputs)
       .def_prop_ro("backward_outputs", &TrainingAgent::backward_outputs)
       .def("inputs", [](const TrainingAgent& a) { return metadata_list(a.inputs()); })

@@ -57,4 +57,8 @@ const std::vector<ValueMetadata>& TrainingAgent::outputs() const {
   return executor_->outputs();
 }
 
+std::string TrainingAgent::end_profiling() {
+  return executor_->end_profiling();
+}
+
 }  // namespace onnxtrain

@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 
 from onnxtrain import _C, _dtypes
+from onnxtrain._session import SessionOptions
 from onnxtrain.autodiff import build_gradient_graph, model_source
 
 ModelLike = Union[onnx.ModelProto, bytes, str, "os.PathLike[str]"]
@@ -193,7 +194,9 @@ class TrainingAgent:
 
     ``info`` says which outputs are the forward's and which gradients the backward gives;
     without it, pass ``forward_outputs`` and ``backward_outputs``. ``output_type`` is
-    ``"numpy"`` or ``"torch"`` (tensors by DLPack, no copy).
+    ``"numpy"`` or ``"torch"`` (tensors by DLPack, no copy). ``sess_options``: an
+    ``onnxtrain.SessionOptions`` (threads, graph optimization level, profiling — see
+    ``end_profiling``); a non-zero ``intra_op_num_threads`` overrides its thread count.
     """
 
     def __init__(
@@ -205,6 +208,7 @@ class TrainingAgent:
         backward_outputs: Sequence[str] | None = None,
         intra_op_num_threads: int = 0,
         output_type: str = "numpy",
+        sess_options: SessionOptions | None = None,
     ) -> None:
         if output_type not in ("numpy", "torch"):
             raise ValueError(f"output_type must be 'numpy' or 'torch', got {output_type!r}")
@@ -213,12 +217,16 @@ class TrainingAgent:
             backward_outputs = info.backward_output_names
         if forward_outputs is None or backward_outputs is None:
             raise TypeError("TrainingAgent needs a GraphInfo, or forward_outputs and backward_outputs")
+        if sess_options is not None and not isinstance(sess_options, SessionOptions):
+            raise TypeError(f"sess_options must be an onnxtrain.SessionOptions, got {type(sess_options).__name__}")
         source = model_source(model)
         self._info = info
         self._as_torch = output_type == "torch"
         self._forward_outputs = list(forward_outputs)
         self._backward_outputs = list(backward_outputs)
-        self._agent = _C.TrainingAgent(source, self._forward_outputs, self._backward_outputs, intra_op_num_threads)
+        native = sess_options._native() if sess_options is not None else None
+        self._agent = _C.TrainingAgent(source, self._forward_outputs, self._backward_outputs, intra_op_num_threads,
+                                       native)
 
     @property
     def forward_outputs(self) -> list[str]:
@@ -229,6 +237,12 @@ class TrainingAgent:
     def backward_outputs(self) -> list[str]:
         """The gradient outputs ``run_backward`` computes, in order."""
         return list(self._backward_outputs)
+
+    def end_profiling(self) -> str:
+        """With ``SessionOptions.enable_profiling``: writes the per-kernel profile of the forward
+        and backward runs so far (Chrome-trace JSON, the shape onnxruntime's profiler writes)
+        and returns its path; ``""`` without profiling."""
+        return self._agent.end_profiling()
 
     def run_forward(self, feeds: Mapping[str, Any]) -> tuple[list[Any], Any]:
         """The forward outputs, and the state ``run_backward`` resumes from. Feeds are read

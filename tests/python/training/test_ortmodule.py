@@ -276,6 +276,20 @@ def test_parameters_are_read_every_call():
         wrapped(x)
 
 
+def test_profile_prefix_writes_the_engines_profiles(tmp_path):
+    import json
+
+    wrapped = ORTModule(mlp(), DebugOptions(profile_prefix=str(tmp_path / "step")))
+    for _ in range(2):
+        wrapped(torch.randn(3, 6)).sum().backward()
+    path, = wrapped.end_profiling()
+    assert os.path.basename(path).startswith("step_training")
+    events = json.load(open(path))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    assert sum(e["name"] == "model_run" for e in events) == 4  # two forwards, two backwards
+    assert ORTModule(mlp()).end_profiling() == []
+
+
 def test_deepcopy_and_pickle():
     wrapped = ORTModule(mlp())
     x = torch.randn(3, 6)

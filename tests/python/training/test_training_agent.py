@@ -160,3 +160,32 @@ def test_inference_model_runs_in_onnxruntime():
             feeds["y_grad"] = np.ones((3, 3), np.float32)
         y = session.run(["y"], feeds)[0]
         np.testing.assert_allclose(y, net(torch.from_numpy(x)).detach().numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_profiling_times_the_forward_and_the_backward(tmp_path):
+    import json
+
+    from onnxtrain import SessionOptions
+
+    net = mlp()
+    x = torch.randn(5, 4)
+    model = export(net, x)
+    builder = ModuleGraphBuilder(model, [n for n, _ in net.named_parameters()], ["x"])
+    builder.build()
+    options = SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = str(tmp_path / "agent")
+    agent = TrainingAgent(builder.get_model(), builder.get_graph_info(), sess_options=options)
+    for _ in range(2):
+        _, state = agent.run_forward({"x": x.numpy(), **weight_feeds(net)})
+        agent.run_backward({"y_grad": np.ones((5, 3), np.float32)}, state)
+    path = agent.end_profiling()
+    assert path.startswith(str(tmp_path / "agent"))
+    events = json.load(open(path))
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    assert sum(e["name"] == "model_run" for e in events) == 4  # two forwards, two backwards
+    ops = {e["args"]["op_name"] for e in events if e.get("cat") == "Node"}
+    assert {"Gemm", "Tanh", "TanhGrad", "SigmoidGrad"} <= ops, ops
+    with pytest.raises(TypeError, match="SessionOptions"):
+        TrainingAgent(builder.get_model(), builder.get_graph_info(), sess_options={"enable_profiling": True})
+    assert build(net, x)[0].end_profiling() == ""  # not profiling

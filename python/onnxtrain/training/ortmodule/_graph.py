@@ -13,6 +13,7 @@ import onnx
 import torch
 from torch.utils import _pytree as pytree
 
+from onnxtrain._session import SessionOptions
 from onnxtrain.training.agent import TrainingAgent
 from onnxtrain.autodiff import build_gradient_graph
 from onnxtrain.training.ortmodule.options import logger
@@ -247,17 +248,28 @@ def export(module: torch.nn.Module, schema: InputSchema, flat: list, save_prefix
     )
 
 
-def build_inference(graph: ExportedGraph) -> None:
+def _session_options(profile_prefix: str) -> SessionOptions | None:
+    """The agents' options: with a profile prefix, every kernel is timed."""
+    if not profile_prefix:
+        return None
+    options = SessionOptions()
+    options.enable_profiling = True
+    options.profile_file_prefix = profile_prefix
+    return options
+
+
+def build_inference(graph: ExportedGraph, profile_prefix: str = "") -> None:
     try:
         graph.inference = TrainingAgent(
-            graph.forward_model, forward_outputs=graph.graph_outputs, backward_outputs=[], output_type="torch"
+            graph.forward_model, forward_outputs=graph.graph_outputs, backward_outputs=[], output_type="torch",
+            sess_options=_session_options(profile_prefix and f"{profile_prefix}_inference"),
         )
     except Exception as e:
         raise GradientError(f"onnxtrain cannot run the exported graph: {e}") from e
 
 
 def build_training(graph: ExportedGraph, trainable: list[str], inputs_requiring_grad: list[str],
-                   save_prefix: str | None, optimize) -> None:
+                   save_prefix: str | None, optimize, profile_prefix: str = "") -> None:
     """The gradient model w.r.t. the trainable weights (module names) and the inputs that
     require grad, with one `<output>_grad` input per differentiable output."""
     start = time.perf_counter()
@@ -277,7 +289,7 @@ def build_training(graph: ExportedGraph, trainable: list[str], inputs_requiring_
     try:
         graph.training = TrainingAgent(
             gradient, forward_outputs=graph.graph_outputs, backward_outputs=list(graph.grad_names.values()),
-            output_type="torch",
+            output_type="torch", sess_options=_session_options(profile_prefix and f"{profile_prefix}_training"),
         )
     except Exception as e:
         raise GradientError(f"onnxtrain cannot run the gradient graph: {e}") from e

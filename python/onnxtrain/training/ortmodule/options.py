@@ -65,11 +65,15 @@ class DebugOptions:
     """``log_level``: how much ORTModule logs; ``save_onnx``: write the exported, pre-gradient
     and training graphs as ``<onnx_prefix>_torch_exported_<mode>.onnx``,
     ``<onnx_prefix>_pre_grad_optimized_<mode>.onnx`` and ``<onnx_prefix>_<mode>.onnx``
-    (mode ``training`` or ``inference``), in ``ORTMODULE_SAVE_ONNX_PATH`` when set."""
+    (mode ``training`` or ``inference``), in ``ORTMODULE_SAVE_ONNX_PATH`` when set.
+    ``profile_prefix``: when set, every forward and backward run is timed kernel by kernel
+    and ``ORTModule.end_profiling()`` writes the profiles (Chrome-trace JSON) as
+    ``<profile_prefix>_<mode>_<date>_<time>.json``."""
 
     log_level: LogLevel = LogLevel.WARNING
     save_onnx: bool = False
     onnx_prefix: str = ""
+    profile_prefix: str = ""
 
     def __post_init__(self) -> None:
         if self.save_onnx and not self.onnx_prefix:
@@ -96,6 +100,7 @@ class RuntimeOptions:
     fallback_policy: FallbackPolicy
     label_sparsity: bool
     label_density_threshold: float = 0.9
+    profile_prefix: str = ""
 
     @classmethod
     def from_debug_options(cls, debug: DebugOptions) -> RuntimeOptions:
@@ -111,4 +116,4 @@ class RuntimeOptions:
         policy = FallbackPolicy.parse(policy_text) if policy_text else FallbackPolicy.default()
         compute_optimizer = _flag("ORTMODULE_ENABLE_COMPUTE_OPTIMIZER", True)
         label_sparsity = compute_optimizer and _flag("ORTMODULE_ENABLE_LABEL_SPARSE_OPTIMIZER", True)
-        return cls(log_level, debug.save_onnx, prefix, policy, label_sparsity)
+        return cls(log_level, debug.save_onnx, prefix, policy, label_sparsity, profile_prefix=debug.profile_prefix)

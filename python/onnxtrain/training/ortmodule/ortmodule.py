@@ -170,6 +170,17 @@ class ORTModule(torch.nn.Module):
             graphs += list(entry.values()) if isinstance(entry, dict) else [entry]
         return graphs
 
+    def end_profiling(self) -> list[str]:
+        """With ``DebugOptions(profile_prefix=...)``: writes the per-kernel profile of each
+        engine's runs so far (training: forward and backward; inference) and returns the paths."""
+        paths = []
+        for graph in self.exported_graphs():
+            for agent in (graph.training, graph.inference):
+                path = agent.end_profiling() if agent is not None else ""
+                if path:
+                    paths.append(path)
+        return paths
+
     def __getattr__(self, name: str) -> Any:
         try:
             return super().__getattr__(name)
@@ -262,9 +273,9 @@ class ORTModule(torch.nn.Module):
             if needs_grad and graph.training is None:
                 prefix = self._options.onnx_prefix if self._options.save_onnx else None
                 _graph.build_training(graph, trainable, inputs_requiring_grad, prefix,
-                                      lambda model: self._optimize(model, graph, inputs))
+                                      lambda model: self._optimize(model, graph, inputs), self._options.profile_prefix)
             elif not needs_grad and graph.inference is None:
-                _graph.build_inference(graph)
+                _graph.build_inference(graph, self._options.profile_prefix)
         except _graph.GradientError as e:
             raise _Fallback(FallbackPolicy.FALLBACK_UNSUPPORTED_ONNX_MODEL, str(e)) from e
         step = _Step(graph, self._original_module, inputs, trainable)
