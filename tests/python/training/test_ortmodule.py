@@ -276,6 +276,33 @@ def test_parameters_are_read_every_call():
         wrapped(x)
 
 
+def test_structure_changes_between_calls_are_seen():
+    """What ORTModule keeps of the module between calls (parameters, buffers, trainable
+    names, modes) follows a replaced submodule, a requires_grad change and a mode change."""
+    module = mlp()
+    wrapped = ORTModule(module)
+    x = torch.randn(3, 6)
+    wrapped(x).sum().backward()
+    module[2] = torch.nn.Linear(16, 16)  # a new submodule, new weights
+    module.zero_grad(set_to_none=True)
+    out = wrapped(x)
+    torch.testing.assert_close(out, module(x))
+    out.sum().backward()
+    assert module[2].weight.grad is not None
+    reference = copy.deepcopy(module)
+    module[0].weight.requires_grad_(False)  # frozen: no gradient, the others still right
+    reference[0].weight.requires_grad_(False)
+    module.zero_grad(set_to_none=True)
+    wrapped(x).sum().backward()
+    reference(x).sum().backward()
+    assert module[0].weight.grad is None
+    assert_grads_match(module, reference, 1e-4, 1e-6)
+    exports = wrapped.export_count
+    module[3].training = False  # one submodule's mode, set directly: a new schema
+    wrapped(x)
+    assert wrapped.export_count == exports + 1
+
+
 def test_profile_prefix_writes_the_engines_profiles(tmp_path):
     import json
 

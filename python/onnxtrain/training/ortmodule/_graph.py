@@ -50,7 +50,9 @@ class InputSchema:
         return self.modes[0]
 
     @staticmethod
-    def of(args: tuple, kwargs: dict, module: torch.nn.Module, trainable: frozenset) -> tuple[InputSchema, list]:
+    def of(args: tuple, kwargs: dict, modes: tuple, trainable: frozenset) -> tuple[InputSchema, list]:
+        """The schema of a call; ``modes``: the training flag of each submodule, in
+        ``module.modules()`` order."""
         flat, spec = pytree.tree_flatten((args, kwargs))
         leaves = []
         for value in flat:
@@ -62,7 +64,6 @@ class InputSchema:
                     leaves.append(("value", type(value), value))
                 except TypeError:
                     leaves.append(("value", type(value), repr(value)))
-        modes = tuple(m.training for m in module.modules())
         return InputSchema(spec, tuple(leaves), modes, trainable), flat
 
 

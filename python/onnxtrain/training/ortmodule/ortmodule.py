@@ -67,14 +67,13 @@ class _Run(torch.autograd.Function):
 class _Step:
     """One call's bindings: which graph, the input tensors' names, the weights to feed."""
 
-    def __init__(self, graph: _graph.ExportedGraph, module: torch.nn.Module, inputs: list[torch.Tensor],
-                 trainable: list[str]) -> None:
+    def __init__(self, graph: _graph.ExportedGraph, module: torch.nn.Module, state: dict[str, torch.Tensor],
+                 inputs: list[torch.Tensor], trainable: list[str]) -> None:
         self.graph = graph
         self.input_names = graph.input_names
         self.trainable_names = trainable
         self._module = module
         self._inputs = inputs
-        state = _module_state(module)
         self._state = state
         self.trainable = [state[n] for n in trainable]
 
@@ -120,6 +119,42 @@ def _module_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return state
 
 
+def _structure(modules: list[torch.nn.Module]) -> list:
+    """What a call reads of the module's structure, as a list that compares by identity: per
+    submodule its mode, its children, parameters (with requires_grad) and buffers, by name
+    and object id. The caller keeps the objects alive, so an id is not reused meanwhile."""
+    key: list = []
+    for m in modules:
+        key.append(m.training)
+        for name, child in m._modules.items():
+            key += (name, id(child))
+        for name, p in m._parameters.items():
+            key += (name, id(p), p is not None and p.requires_grad)
+        for name, b in m._buffers.items():
+            key += (name, id(b))
+    return key
+
+
+class _ModuleState:
+    """The wrapped module's submodules, their modes, its parameters and buffers by name and
+    the trainable ones, walked once and kept while its structure stays as it was: a call
+    checks that with one pass over the submodules' own dicts (``_structure``) instead of the
+    named_modules walks that building these costs. A replaced parameter, buffer or
+    submodule, a requires_grad or a train/eval change builds them again; in-place updates
+    and ``.data`` assignments keep the same objects, which are read at every call."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.modules = list(module.modules())
+        self.structure = _structure(self.modules)
+        self.tensors = _module_state(module)
+        self.modes = tuple(m.training for m in self.modules)
+        self.trainable = [n for n, p in module.named_parameters(remove_duplicate=False) if p.requires_grad]
+        self.trainable_set = frozenset(self.trainable)
+
+    def holds_for(self, module: torch.nn.Module) -> bool:
+        return bool(self.modules) and self.modules[0] is module and _structure(self.modules) == self.structure
+
+
 class ORTModule(torch.nn.Module):
     """Wraps ``module`` so that its forward and backward run in onnxtrain; use it as the
     module itself (same parameters, state_dict and attributes).
@@ -145,6 +180,7 @@ class ORTModule(torch.nn.Module):
         # Per input schema: its graph, or {input shapes: graph} when the trace holds for
         # the traced shapes only.
         self._graphs: dict[_graph.InputSchema, Any] = {}
+        self._state_cache: _ModuleState | None = None
         self._fallback_reason: str | None = None
         self.export_count = 0  # how many times the module was exported
 
@@ -207,6 +243,7 @@ class ORTModule(torch.nn.Module):
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_graphs"] = {}  # engines are rebuilt on the first call after unpickling
+        state["_state_cache"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -226,12 +263,17 @@ class ORTModule(torch.nn.Module):
                           UserWarning, stacklevel=2)
             return self._original_module(*args, **kwargs)
 
-    def _trainable(self) -> list[str]:
-        return [n for n, p in self._original_module.named_parameters(remove_duplicate=False) if p.requires_grad]
+    def _current_state(self) -> _ModuleState:
+        """The module's state, walked again only when its structure changed."""
+        state = self._state_cache
+        if state is None or not state.holds_for(self._original_module):
+            state = self._state_cache = _ModuleState(self._original_module)
+        return state
 
-    def _graph_for(self, args: tuple, kwargs: dict) -> tuple[_graph.ExportedGraph, list, list[str]]:
-        trainable = self._trainable()
-        schema, flat = _graph.InputSchema.of(args, kwargs, self._original_module, frozenset(trainable))
+    def _graph_for(self, args: tuple, kwargs: dict, module_state: _ModuleState
+                   ) -> tuple[_graph.ExportedGraph, list, list[str]]:
+        trainable = module_state.trainable
+        schema, flat = _graph.InputSchema.of(args, kwargs, module_state.modes, module_state.trainable_set)
         for leaf in flat:
             if not isinstance(leaf, torch.Tensor):
                 continue
@@ -240,8 +282,8 @@ class ORTModule(torch.nn.Module):
                                 f"an input is on device '{leaf.device}'; onnxtrain runs on the CPU")
             if leaf.dtype not in _SUPPORTED_DTYPES:
                 raise _Fallback(FallbackPolicy.FALLBACK_UNSUPPORTED_DATA, f"an input has dtype {leaf.dtype}")
-        for name, tensor in _module_state(self._original_module).items():
-            if tensor.device.type != "cpu":
+        for name, tensor in module_state.tensors.items():
+            if not tensor.is_cpu:
                 raise _Fallback(FallbackPolicy.FALLBACK_UNSUPPORTED_DEVICE,
                                 f"'{name}' is on device '{tensor.device}'; onnxtrain runs on the CPU")
         tensors = [leaf for leaf in flat if isinstance(leaf, torch.Tensor)]
@@ -264,7 +306,8 @@ class ORTModule(torch.nn.Module):
         return graph, tensors, [n for n in trainable if n in graph.weight_names]
 
     def _run(self, args: tuple, kwargs: dict) -> Any:
-        graph, inputs, trainable = self._graph_for(args, kwargs)
+        module_state = self._current_state()
+        graph, inputs, trainable = self._graph_for(args, kwargs, module_state)
         inputs_requiring_grad = [
             n for n, t in zip(graph.input_names, inputs) if t.requires_grad and n in graph.used_inputs
         ]
@@ -278,7 +321,7 @@ class ORTModule(torch.nn.Module):
                 _graph.build_inference(graph, self._options.profile_prefix)
         except _graph.GradientError as e:
             raise _Fallback(FallbackPolicy.FALLBACK_UNSUPPORTED_ONNX_MODEL, str(e)) from e
-        step = _Step(graph, self._original_module, inputs, trainable)
+        step = _Step(graph, self._original_module, module_state.tensors, inputs, trainable)
         if needs_grad:
             outputs = _Run.apply(step, *inputs, *step.trainable)
         else:
