@@ -181,9 +181,22 @@ constexpr int64_t kMaxStreamedRows = 16;
 
 // out [rows, n] = A B (+ bias per column), B packed in `stream` (n outputs, depth k); A is
 // [rows, k], or [k, rows] when `a_transposed`.
-void stream_rows(const WeightStream& stream, const float* a, int64_t rows, bool a_transposed, const float* bias,
-                 float* out) {
+void stream_rows(KernelContext& ctx, const WeightStream& stream, const float* a, int64_t rows, bool a_transposed,
+                 const float* bias, float* out) {
   const int64_t k = stream.depth(), n = stream.outputs();
+  // The product reads element p of every row together: rows k floats apart (16 KB at
+  // k = 4096) fall in one set of the L1 cache, and 8 or 16 of them with the weights
+  // evicted each other. Interleaved ([k][rows]), element p of all rows is one cache line:
+  // 16 x 4096 x 4096 on one thread took 9.7 ms of CPU before, 7.9 ms after.
+  Tensor interleaved;
+  if (!a_transposed && rows > 1) {
+    interleaved = ctx.allocate_scratch(DType::kFloat32, {k, rows});
+    float* t = interleaved.data<float>();
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t i = 0; i < rows; ++i) t[p * rows + i] = a[i * k + p];
+    a = t;
+    a_transposed = true;
+  }
   // Column i of the product is row i of A.
   const int64_t k_stride = a_transposed ? rows : 1, row_stride = a_transposed ? 1 : k;
   stream.multiply(
@@ -217,7 +230,7 @@ class MatMulKernel final : public OpKernel {
     if (dtype == DType::kFloat32 && constant_b_ && b.rank() == 2 && a.numel() / b.dim(0) <= kMaxStreamedRows) {
       // Every leading axis of A is rows of one product.
       if (!stream_) stream_.emplace(constant_b_->data<float>(), b.dim(1), b.dim(0), 1, b.dim(1));
-      stream_rows(*stream_, a.data<float>(), a.numel() / b.dim(0), false, nullptr, out.data<float>());
+      stream_rows(ctx, *stream_, a.data<float>(), a.numel() / b.dim(0), false, nullptr, out.data<float>());
       return out;
     }
     if (dtype == DType::kFloat32 || dtype == DType::kBFloat16 || dtype == DType::kFloat16) {
@@ -300,7 +313,7 @@ class GemmKernel final : public OpKernel {
       return;
     }
     if (dtype == DType::kFloat32 && streams_b(c, s)) {
-      run_streaming(a, c, out, s);
+      run_streaming(ctx, a, c, out, s);
       return;
     }
     if (dtype == DType::kFloat32 || dtype == DType::kBFloat16 || dtype == DType::kFloat16) {
@@ -383,9 +396,9 @@ class GemmKernel final : public OpKernel {
     return constant_b_ && s.m <= kMaxStreamedRows && alpha_ == 1.0f && (!c || is_bias(*c, s));
   }
 
-  void run_streaming(const Tensor& a, const Tensor* c, Tensor& out, const GemmShape& s) {
+  void run_streaming(KernelContext& ctx, const Tensor& a, const Tensor* c, Tensor& out, const GemmShape& s) {
     if (!stream_) stream_.emplace(constant_b_->data<float>(), s.n, s.k, trans_b_ ? s.k : 1, trans_b_ ? 1 : s.n);
-    stream_rows(*stream_, a.data<float>(), s.m, trans_a_, c ? c->data<float>() : nullptr, out.data<float>());
+    stream_rows(ctx, *stream_, a.data<float>(), s.m, trans_a_, c ? c->data<float>() : nullptr, out.data<float>());
   }
 
   void run_onednn(KernelContext& ctx, const Tensor& a, const Tensor& b, const Tensor* c, Tensor& out,

@@ -146,7 +146,7 @@ def test_gemm_constant_weights_and_bias():
 
 
 # Up to 16 rows times a constant B stream the packed B (ops/cpu/weight_stream.h), 8 rows
-# at a time; 17 rows, a C that is not one bias row, and alpha != 1 go to oneDNN.
+# at a time (16 with AVX-512); 17 rows, a C that is not one bias row, and alpha != 1 go to oneDNN.
 @pytest.mark.parametrize("rows", [1, 3, 8, 9, 16, 17])
 @pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (0, 1), (1, 0), (1, 1)])
 @pytest.mark.parametrize("c_shape", [None, (37,), (1, 37), "full"])
@@ -158,6 +158,29 @@ def test_gemm_few_rows_constant_b(rows, trans_a, trans_b, c_shape, alpha):
     c = None if c_shape is None else randn(*((rows, n) if c_shape == "full" else c_shape))
     check_op("Gemm", {"a": a, "b": b, "c": c}, {"transA": trans_a, "transB": trans_b, "alpha": alpha},
              constants=["b"], **F32)
+
+
+# Deep streamed products: 9 to 16 rows take one pass with AVX-512 (8 rows a pass otherwise),
+# the rows interleaved first, the weights prefetched 256 depth steps ahead (past 1030 steps
+# and past the end of the last block), the blocks split between threads.
+@pytest.mark.parametrize("rows", [2, 9, 12, 16])
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_gemm_few_rows_deep_constant_b(rows, trans_b, threads):
+    k, n = 1030, 200  # 200 outputs: 12 blocks of 16 and one of 8
+    a, b, c = randn(rows, k), randn(*((n, k) if trans_b else (k, n))), randn(n)
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=trans_b)], "gemm",
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [rows, k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(b, "b"), numpy_helper.from_array(c, "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    options = onnxtrain.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = onnxtrain.InferenceSession(model, sess_options=options)
+    expected = a.astype(np.float64) @ (b.T if trans_b else b).astype(np.float64) + c
+    for _ in range(2):  # the second run reuses the packed weights
+        np.testing.assert_allclose(session.run(None, {"a": a})[0], expected, rtol=1e-5, atol=1e-4)
 
 
 def test_gemm_few_rows_then_more_in_one_session():
