@@ -5,6 +5,7 @@
 #include "passes/fuse_conv_relu.h"
 #include "passes/fuse_gelu.h"
 #include "passes/inline_functions.h"
+#include "passes/share_recurrent_record.h"
 
 namespace onnxtrain::passes {
 namespace {
@@ -21,6 +22,7 @@ const Pass kPasses[] = {
     {GraphOptimizationLevel::kBasic, [](ir::Model& m) { fold_batch_norm_into_conv(m); }},
     {GraphOptimizationLevel::kExtended, [](ir::Model& m) { fuse_conv_relu(m); }},
     {GraphOptimizationLevel::kExtended, [](ir::Model& m) { fuse_conv_pool(m); }},
+    {GraphOptimizationLevel::kBasic, [](ir::Model& m) { share_recurrent_record(m); }},
 };
 
 }  // namespace

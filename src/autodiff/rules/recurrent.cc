@@ -2,8 +2,10 @@
 // org.onnxtrain::{RNN,GRU,LSTM}Grad (src/ops/cpu/recurrent_grad.cc), which takes the forward
 // node's inputs and the gradients of its outputs and gives those of X, W, R, B,
 // initial_h (and LSTM's initial_c and P), honouring sequence_lens and every attribute of
-// the forward node. The kernel runs the forward again to record each step, so no extra
-// forward output has to stay alive between the passes.
+// the forward node. Saved so, the forward stays the standard op (the eval model and an
+// inference export run anywhere) and the kernel runs the forward again to record each step;
+// a session running both nodes hands the gradient the forward's own record instead
+// (passes/share_recurrent_record.h).
 //
 // These ops have no standard-ONNX body: the backward walks the steps in reverse with a
 // state, which standard ONNX can only state with Loop. A gradient graph with one runs on

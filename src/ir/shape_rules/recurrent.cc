@@ -1,5 +1,7 @@
 // Shapes of the recurrent nets (src/ops/cpu/recurrent.cc): RNN, GRU, LSTM and their
 // org.onnxtrain gradients.
+#include <algorithm>
+
 #include "ir/shape_rules.h"
 
 namespace onnxtrain::ir {
@@ -7,8 +9,9 @@ namespace {
 
 // RNN, GRU, LSTM (X, W, R, ...) => (Y, Y_h[, Y_c]). With layout 0, X is [seq, batch, I],
 // Y [seq, dirs, batch, H] and the states [dirs, batch, H]; layout 1 puts batch first:
-// X [batch, seq, I], Y [batch, seq, dirs, H], states [batch, dirs, H].
-void recurrent(ShapeContext& c) {
+// X [batch, seq, I], Y [batch, seq, dirs, H], states [batch, dirs, H]. `outputs`: the op's
+// own (2 or 3).
+void recurrent(ShapeContext& c, size_t outputs) {
   const DType dtype = c.dtype(0);
   const std::string direction = c.string_attribute("direction").value_or("forward");
   const Dim dirs = known(direction == "bidirectional" ? 2 : 1);
@@ -28,7 +31,17 @@ void recurrent(ShapeContext& c) {
   const SymbolicShape y =
       batch_first ? SymbolicShape{batch, seq, dirs, hidden} : SymbolicShape{seq, dirs, batch, hidden};
   const SymbolicShape state = batch_first ? SymbolicShape{batch, dirs, hidden} : SymbolicShape{dirs, batch, hidden};
-  for (size_t i = 0; i < c.output_count(); ++i) c.set(i, dtype, i == 0 ? y : state);
+  for (size_t i = 0; i < std::min(c.output_count(), outputs); ++i) c.set(i, dtype, i == 0 ? y : state);
+  // org.onnxtrain::{RNN,GRU,LSTM}Training: the record, [dirs, seq * batch * width]
+  // (ops/cpu/recurrent.h's RecordLayout).
+  if (c.output_count() > outputs) c.set(outputs, dtype, SymbolicShape{dirs, Dim{}});
+}
+
+void rnn(ShapeContext& c) {
+  recurrent(c, 2);
+}
+void lstm(ShapeContext& c) {
+  recurrent(c, 3);
 }
 
 // {RNN,GRU,LSTM}Grad (forward inputs..., dY, dY_h[, dY_c]) => (dX, dW, dR, dB, d initial_h
@@ -57,7 +70,9 @@ void recurrent_grad(ShapeContext& c) {
   }
 }
 
-const ShapeRuleRegistration kRecurrentShapes{{{"RNN", recurrent}, {"GRU", recurrent}, {"LSTM", recurrent}}};
+const ShapeRuleRegistration kRecurrentShapes{{{"RNN", rnn}, {"GRU", rnn}, {"LSTM", lstm}}};
+const ShapeRuleRegistration kRecurrentTrainingShapes{
+    {{"RNNTraining", rnn}, {"GRUTraining", rnn}, {"LSTMTraining", lstm}}, "org.onnxtrain"};
 const ShapeRuleRegistration kRecurrentGradShapes{
     {{"RNNGrad", recurrent_grad}, {"GRUGrad", recurrent_grad}, {"LSTMGrad", recurrent_grad}}, "org.onnxtrain"};
 

@@ -1,7 +1,9 @@
 // The recurrent nets of ONNX: RNN, GRU and LSTM (every direction, activation, clip,
 // sequence_lens, initial state, peepholes, input_forget, linear_before_reset, layout 0 and
 // 1). Their gradients, org.onnxtrain::{RNN,GRU,LSTM}Grad, are in recurrent_grad.cc; what
-// both share in recurrent.h.
+// both share in recurrent.h. org.onnxtrain::{RNN,GRU,LSTM}Training, a training graph's
+// forward inside the executor (passes/share_recurrent_record.h), is the same kernel with the
+// record its gradient reads as one more output.
 //
 // One direction runs as: the input projection X W^T + biases for every time step in one
 // GEMM; then per step one GEMM of the hidden state by R^T for the whole batch, and the
@@ -11,14 +13,11 @@
 #include "ops/cpu/recurrent.h"
 
 #include <algorithm>
-#include <barrier>
 #include <cctype>
 #include <exception>
 #include <memory>
 #include <optional>
 #include <string>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -401,59 +400,20 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
     recurrence.run(0, B, h.data(), a.cell == Cell::kLstm ? c.data() : nullptr);
     return;
   }
-  // Each part on a thread of its own, made for the run (some 30 us): std::thread, not an
-  // OpenMP team, whose threads spin when done; on cores busy with other work a thread that
-  // spins takes the core its partner waits for (an LSTM 32x16x128x256 on two threads of two
-  // busy cores measured 13.6 ms median so, 4.4 ms on one thread). Each part projects its
-  // share of the steps' rows, then, past one barrier, runs its batch rows through the steps.
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(parts));
+  // Each part on a thread of the team (run_parts): each projects its share of the steps'
+  // rows, then, past one barrier, runs its batch rows through the steps.
   const int64_t all_rows = s.seq * B, projected_rows = (all_rows + parts - 1) / parts;
-  const auto project_part = [&](int part) {
-    try {
-      project(std::min(all_rows, part * projected_rows), std::min(all_rows, (part + 1) * projected_rows));
-    } catch (...) {
-      errors[static_cast<size_t>(part)] = std::current_exception();
-    }
-  };
-  const auto recur_part = [&](int part) {
-    const int64_t first = std::min<int64_t>(B, part * part_rows), last = std::min<int64_t>(B, first + part_rows);
-    try {
-      if (first < last && !errors[static_cast<size_t>(part)]) {
-        recurrence.run(first, last, h.data() + first * H, a.cell == Cell::kLstm ? c.data() + first * H : nullptr);
-      }
-    } catch (...) {
-      errors[static_cast<size_t>(part)] = std::current_exception();
-    }
-  };
-  std::barrier projected(parts);
-  {
-    std::vector<std::jthread> helpers;
-    int started = 1;
-    try {
-      for (; started < parts; ++started) {
-        helpers.emplace_back([&, part = started] {
-          const ThreadScope one(1);
-          project_part(part);
-          projected.arrive_and_wait();
-          recur_part(part);
-        });
-      }
-    } catch (const std::system_error&) {
-      // no thread for parts [started, parts): this one runs them
-    }
-    const ThreadScope one(1);
-    for (int part = started; part < parts; ++part) {
-      project_part(part);
-      projected.arrive_and_drop();
-    }
-    project_part(0);
-    projected.arrive_and_wait();
-    recur_part(0);
-    for (int part = started; part < parts; ++part) recur_part(part);
-  }  // the helpers join
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  run_parts(
+      parts,
+      [&](int part) {
+        project(std::min(all_rows, part * projected_rows), std::min(all_rows, (part + 1) * projected_rows));
+      },
+      [&](int part) {
+        const int64_t first = std::min<int64_t>(B, part * part_rows), last = std::min<int64_t>(B, first + part_rows);
+        if (first < last) {
+          recurrence.run(first, last, h.data() + first * H, a.cell == Cell::kLstm ? c.data() + first * H : nullptr);
+        }
+      });
 }
 
 template void run_direction<float>(const RecurrentAttributes&, const Sizes&, const std::vector<int64_t>&,
@@ -514,6 +474,14 @@ void forward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s, c
   // Y's rows past a row's length are zeros; the steps write every other row.
   const bool short_rows = std::any_of(lens.begin(), lens.end(), [&](int64_t len) { return len < s.seq; });
   if (y != nullptr && short_rows) std::fill_n(y, s.seq * s.directions * s.batch * H, T(0));
+  // A training graph's forward (org.onnxtrain::*Training) also gives what its gradient reads.
+  const RecordLayout record_layout(a, s, plain_lstm_net(a, present(ctx, kP)));
+  T* record = nullptr;
+  if (ctx.has_output(record_output(a.cell))) {
+    const int64_t size = record_layout.direction_size();
+    record = ctx.allocate_output(record_output(a.cell), dtype, {s.directions, size}).template data<T>();
+    if (short_rows) std::fill_n(record, s.directions * size, T(0));
+  }
   for_each_direction(s, available, [&](int64_t d) {
     const Direction<T> dir = direction_inputs<T>(ctx, a, s, lay, x, d);
     std::vector<T> h = dir.h0, c = dir.c0;
@@ -528,7 +496,9 @@ void forward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s, c
         if (!packed->reset.empty()) packed_reset = &packed->reset[static_cast<size_t>(d)];
       }
     }
-    run_direction<T>(a, s, lens, dir, y_rows, h, c, nullptr, packed_recurrent, packed_reset);
+    Record<T> rec;
+    if (record != nullptr) rec = record_layout.at(record, d);
+    run_direction<T>(a, s, lens, dir, y_rows, h, c, record != nullptr ? &rec : nullptr, packed_recurrent, packed_reset);
     for (int64_t b = 0; b < s.batch; ++b) {
       if (yh != nullptr) std::copy_n(h.data() + b * H, H, yh + lay.state(d, b));
       if (yc != nullptr) std::copy_n(c.data() + b * H, H, yc + lay.state(d, b));
@@ -551,6 +521,11 @@ KernelFactory forward_kernel(Cell cell) {
 const KernelRegistration kRNN{"", "RNN", 7, kLatestOpset, forward_kernel(Cell::kRnn)};
 const KernelRegistration kGRU{"", "GRU", 7, kLatestOpset, forward_kernel(Cell::kGru)};
 const KernelRegistration kLSTM{"", "LSTM", 7, kLatestOpset, forward_kernel(Cell::kLstm)};
+// A training graph's forward with its record as an extra output (RecordLayout); only inside
+// the executor (passes/share_recurrent_record.h), never saved.
+const KernelRegistration kRNNTraining{"org.onnxtrain", "RNNTraining", 1, kLatestOpset, forward_kernel(Cell::kRnn)};
+const KernelRegistration kGRUTraining{"org.onnxtrain", "GRUTraining", 1, kLatestOpset, forward_kernel(Cell::kGru)};
+const KernelRegistration kLSTMTraining{"org.onnxtrain", "LSTMTraining", 1, kLatestOpset, forward_kernel(Cell::kLstm)};
 
 }  // namespace
 }  // namespace onnxtrain::recurrent

@@ -16,8 +16,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <system_error>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -402,6 +400,58 @@ struct Record {
   T* hc = nullptr;     // LSTM: [seq, batch, H] h(C)
 };
 
+// The record as one tensor, the extra output of org.onnxtrain::{RNN,GRU,LSTM}Training (a
+// training graph's forward, passes/share_recurrent_record.h) and the last input of the
+// gradient, which then need not run the forward again: per direction, seq * batch rows of
+// each buffer the cell records, one buffer after the other (act, pre unless every direction
+// is the plain LSTM cell, hprev, LSTM's cprev, c and hc, GRU's hr with linear_before_reset).
+// Rows past a row's length are zeros.
+struct RecordLayout {
+  int64_t rows = 0;  // seq * batch
+  int64_t gh = 0, hidden = 0;
+  bool pre = false, lstm = false, hr = false;
+
+  RecordLayout(const RecurrentAttributes& a, const Sizes& s, bool every_direction_plain)
+      : rows(s.seq * s.batch),
+        gh(s.gh()),
+        hidden(s.hidden),
+        pre(!every_direction_plain),
+        lstm(a.cell == Cell::kLstm),
+        hr(a.cell == Cell::kGru && a.linear_before_reset) {}
+  // Values per row and direction.
+  int64_t width() const { return gh * (pre ? 2 : 1) + hidden * (1 + (lstm ? 3 : 0) + (hr ? 1 : 0)); }
+  int64_t direction_size() const { return rows * width(); }
+  // The buffers of direction d of the record at base.
+  template <typename T>
+  Record<T> at(T* base, int64_t d) const {
+    T* p = base + d * direction_size();
+    const auto next = [&](int64_t columns) {
+      T* buffer = p;
+      p += rows * columns;
+      return buffer;
+    };
+    Record<T> r;
+    r.act = next(gh);
+    if (pre) r.pre = next(gh);
+    r.hprev = next(hidden);
+    if (lstm) {
+      r.cprev = next(hidden);
+      r.c = next(hidden);
+      r.hc = next(hidden);
+    }
+    if (hr) r.hr = next(hidden);
+    return r;
+  }
+};
+
+// Where the record is: output of the training forward, input of the gradient.
+inline size_t record_output(Cell cell) {
+  return cell == Cell::kLstm ? 3 : 2;
+}
+inline size_t record_input(Cell cell) {
+  return cell == Cell::kLstm ? 11 : 8;
+}
+
 inline int64_t time_of(bool reverse, int64_t step, int64_t len) {
   return reverse ? len - 1 - step : step;
 }
@@ -427,11 +477,24 @@ ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void activate(const Activation& act, c
 
 // Whether direction dir of an LSTM is the usual cell (Sigmoid, Tanh, Tanh; no clip, peepholes
 // or input_forget), which plain_lstm_cell runs; its gradient reads no pre-activations.
+inline bool plain_lstm(const RecurrentAttributes& a, int64_t direction, bool peepholes) {
+  using Kind = Activation::Kind;
+  return a.cell == Cell::kLstm && a.activation(direction, 0).kind == Kind::kSigmoid &&
+         a.activation(direction, 1).kind == Kind::kTanh && a.activation(direction, 2).kind == Kind::kTanh && !a.clip &&
+         !peepholes && !a.input_forget;
+}
 template <typename T>
 bool plain_lstm(const RecurrentAttributes& a, const Direction<T>& dir) {
   using Kind = Activation::Kind;
   return a.cell == Cell::kLstm && dir.f.kind == Kind::kSigmoid && dir.g.kind == Kind::kTanh &&
          dir.h.kind == Kind::kTanh && !a.clip && dir.p == nullptr && !a.input_forget;
+}
+// Whether every direction of the net is the plain LSTM cell (its record then has no pre).
+inline bool plain_lstm_net(const RecurrentAttributes& a, bool peepholes) {
+  for (int64_t d = 0; d < a.directions; ++d) {
+    if (!plain_lstm(a, d, peepholes)) return false;
+  }
+  return true;
 }
 
 // The usual LSTM cell (Sigmoid, Tanh, Tanh; no clip, peepholes or input_forget) of one row
@@ -533,40 +596,56 @@ inline int forward_threads(const Sizes& s) {
   return s.batch >= 2 && flops >= 2 * kPartFlops ? available : 1;
 }
 
+// Runs the ranges [0, parts) of a run side by side on the calling thread's OpenMP team, in
+// one parallel region for the whole run: first(part) for every part, then, past one barrier,
+// then(part); each part on one thread. The steps need no barrier of their own, and the team
+// is the one the graph's other kernels wake: a std::thread of our own instead competed, on
+// two cores, with the team's worker still spinning after the previous kernel (libgomp spins
+// some milliseconds), and a 2-thread LSTM training step ran 3 to 5 times slower than with
+// OMP_WAIT_POLICY=passive. An exception in any part is rethrown after the region; when one
+// is thrown in `first`, no part runs `then`.
+template <typename First, typename Then>
+void run_parts(int parts, First&& first, Then&& then) {
+  if (parts <= 1 || omp_in_parallel() || openmp_lost_to_fork()) {
+    for (int part = 0; part < parts; ++part) first(part);
+    for (int part = 0; part < parts; ++part) then(part);
+    return;
+  }
+  // The errors of `first` and of `then` apart: a thread checks the first while others may
+  // already run `then`.
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(2 * parts));
+  const auto guarded = [&](auto& f, int part, size_t slot) {
+    try {
+      f(part);
+    } catch (...) {
+      errors[slot] = std::current_exception();
+    }
+  };
+  detail::note_openmp_use();
+#pragma omp parallel num_threads(parts)
+  {
+    const int team = omp_get_num_threads(), me = omp_get_thread_num();
+    const ThreadScope one(1);
+    for (int part = me; part < parts; part += team) guarded(first, part, static_cast<size_t>(part));
+#pragma omp barrier
+    const bool failed = std::any_of(errors.begin(), errors.begin() + parts, [](const auto& e) { return !!e; });
+    for (int part = me; part < parts && !failed; part += team) guarded(then, part, static_cast<size_t>(parts + part));
+  }
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
 // Runs body(d) for each direction d. A bidirectional net's two directions run side by side
-// on two threads when two are available and the work is worth waking one (each direction
-// then runs on its thread alone); otherwise in turn. An exception in either is rethrown. The
-// second direction runs on a std::thread made for it, not in an OpenMP team, whose threads
-// spin when done, taking the core the other direction waits for on cores busy with other
-// work (batch_parts).
+// on two threads of the team (run_parts) when two are available and the work is worth waking
+// one (each direction then runs on its thread alone); otherwise in turn. An exception in
+// either is rethrown.
 template <typename F>
 void for_each_direction(const Sizes& s, int available, F&& body) {
   const double flops = 2.0 * static_cast<double>(s.seq * s.batch * s.gh() * (s.hidden + s.input));
   if (s.directions == 2 && available >= 2 && flops >= 4 * onednn::kFlopsPerThread) {
-    std::exception_ptr errors[2];
-    const auto run = [&](int64_t d) {
-      const ThreadScope one(1);
-      try {
-        body(d);
-      } catch (...) {
-        errors[d] = std::current_exception();
-      }
-    };
-    std::optional<std::jthread> second;
-    try {
-      second.emplace(run, int64_t{1});
-    } catch (const std::system_error&) {
-      // no thread: this one runs both
-    }
-    run(0);
-    if (second) {
-      second.reset();  // joins
-    } else {
-      run(1);
-    }
-    for (const std::exception_ptr& e : errors) {
-      if (e) std::rethrow_exception(e);
-    }
+    run_parts(
+        2, [](int) {}, [&](int d) { body(int64_t{d}); });
     return;
   }
   for (int64_t d = 0; d < s.directions; ++d) body(d);

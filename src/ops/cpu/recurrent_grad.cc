@@ -4,16 +4,16 @@
 // outputs (dY, dY_h and, for LSTM, dY_c; each may be empty); the forward op's attributes.
 // Outputs: dX, dW, dR, dB, d initial_h and, for LSTM, d initial_c and dP, each optional.
 //
-// The gradient kernels run the forward again recording each step (pre-activations and
-// states), then walk the steps backwards, each step's d(H R^T) R on R packed once
-// (StepProduct), batch rows side by side on threads as in the forward; the weight
-// gradients and dX are a few GEMMs over all time steps at the end.
+// The gradient kernels take the forward's record of each step (pre-activations and states)
+// as their last input when the training forward gave it (org.onnxtrain::*Training,
+// passes/share_recurrent_record.h), else run the forward again to record it; then walk the
+// steps backwards, each step's d(H R^T) R on R packed once (StepProduct), batch rows side
+// by side on threads as in the forward; the weight gradients and dX are a few GEMMs over all
+// time steps at the end.
 #include <algorithm>
 #include <exception>
 #include <optional>
 #include <string>
-#include <system_error>
-#include <thread>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -241,44 +241,6 @@ struct Backpropagation {
   }
 };
 
-// Runs body(first, last) for `parts` ranges of the batch's rows side by side, each on a
-// std::thread of its own (as run_direction's forward: no OpenMP team spinning between
-// steps), this thread running the first; one range on this thread with `threads` threads.
-template <typename F>
-void for_each_part(int64_t batch, int parts, int threads, F&& body) {
-  if (parts <= 1) {
-    const ThreadScope scope(threads);
-    body(int64_t{0}, batch);
-    return;
-  }
-  const int64_t part_rows = (batch + parts - 1) / parts;
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(parts));
-  const auto run = [&](int part) {
-    const ThreadScope one(1);
-    const int64_t first = std::min<int64_t>(batch, part * part_rows),
-                  last = std::min<int64_t>(batch, first + part_rows);
-    try {
-      if (first < last) body(first, last);
-    } catch (...) {
-      errors[static_cast<size_t>(part)] = std::current_exception();
-    }
-  };
-  {
-    std::vector<std::jthread> helpers;
-    int started = 1;
-    try {
-      for (; started < parts; ++started) helpers.emplace_back(run, started);
-    } catch (const std::system_error&) {
-      // no thread for parts [started, parts): this one runs them
-    }
-    run(0);
-    for (int part = started; part < parts; ++part) run(part);
-  }  // the helpers join
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
-
 // The buffers of one direction, from the run's arena (kept from run to run: multi-megabyte
 // heap buffers were handed back to the system after each run and faulted in again, page by
 // page, in the next: some 1400 faults per training step of an LSTM 32 x 16 x 256).
@@ -328,23 +290,37 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s) 
     if (clear) std::fill_n(p, n, T(0));
     return p;
   };
+  // The forward's record when the training forward gave it (org.onnxtrain::*Training); else
+  // the forward runs again here to record the steps. The backward only reads it.
+  const RecordLayout record_layout(a, s, plain_lstm_net(a, present(ctx, kP)));
+  T* given = nullptr;
+  if (const size_t at = record_input(a.cell); at < ctx.input_count() && present(ctx, at)) {
+    const Tensor& t = ctx.input(at);
+    expect_shape(ctx, t, "the forward's record", {s.directions, record_layout.direction_size()});
+    if (t.dtype() != dtype) ctx.fail("the forward's record must have X's element type");
+    given = const_cast<T*>(t.template data<T>());
+  }
   std::vector<Direction<T>> dirs;
   std::vector<DirectionBuffers<T>> buffers(static_cast<size_t>(s.directions));
   for (int64_t d = 0; d < s.directions; ++d) {
     dirs.push_back(direction_inputs<T>(ctx, a, s, lay, x.data(), d));
     DirectionBuffers<T>& buf = buffers[static_cast<size_t>(d)];
-    Record<T>& rec = buf.rec;
     const bool clear = !whole;
-    if (!plain_lstm(a, dirs.back())) rec.pre = take(SB * GH, clear);
-    rec.hprev = take(SB * H, clear);
-    if (lstm) {
-      rec.cprev = take(SB * H, clear);
-      rec.c = take(SB * H, clear);
-      rec.hc = take(SB * H, clear);
+    if (given != nullptr) {
+      buf.rec = record_layout.at(given, d);
+    } else {
+      Record<T>& rec = buf.rec;
+      if (!plain_lstm(a, dirs.back())) rec.pre = take(SB * GH, clear);
+      rec.hprev = take(SB * H, clear);
+      if (lstm) {
+        rec.cprev = take(SB * H, clear);
+        rec.c = take(SB * H, clear);
+        rec.hc = take(SB * H, clear);
+      }
+      if (gru && a.linear_before_reset) rec.hr = take(SB * H, clear);
+      rec.act = take(SB * GH, clear);
+      buf.projection = take(SB * GH, false);
     }
-    if (gru && a.linear_before_reset) rec.hr = take(SB * H, clear);
-    rec.act = take(SB * GH, clear);
-    buf.projection = take(SB * GH, false);
     buf.dgates = take(SB * GH, clear);
     if (gru) {
       buf.drec = take(SB * GH, clear);
@@ -362,11 +338,10 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s) 
 
   for_each_direction(s, available, [&](int64_t d) {
     const Direction<T>& dir = dirs[static_cast<size_t>(d)];
-    const bool plain = plain_lstm(a, dir);
-    // The forward again, recording each step.
+    // The forward again, recording each step, unless the training forward recorded them.
     DirectionBuffers<T>& buf = buffers[static_cast<size_t>(d)];
     Record<T>& rec = buf.rec;
-    {
+    if (given == nullptr) {
       const ThreadScope threads(forward_threads(s));
       std::vector<T> h = dir.h0, c = dir.c0;
       run_direction<T>(a, s, lens, dir, OutputRows<T>{}, h, c, &rec, nullptr, nullptr, buf.projection);
@@ -407,9 +382,14 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s) 
                                      whole,
                                      recurrent_product,
                                      reset_product ? &*reset_product : nullptr};
-      for_each_part(B, parts, run_threads(s), [&](int64_t first, int64_t last) {
-        steps.run(first, last, dh.data() + first * H, dc.data() + first * H);
-      });
+      const ThreadScope threads(parts > 1 ? parts : run_threads(s));
+      run_parts(
+          parts, [](int) {},
+          [&](int part) {
+            const int64_t first = std::min<int64_t>(B, part * part_rows),
+                          last = std::min<int64_t>(B, first + part_rows);
+            if (first < last) steps.run(first, last, dh.data() + first * H, dc.data() + first * H);
+          });
     }
 
     // dX = dG W; dW = dG^T X; dR = dRec^T H_prev (GRU's h gate: by rin); dB = column sums;
