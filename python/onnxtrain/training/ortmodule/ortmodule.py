@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
+from torch.utils.dlpack import to_dlpack
 
 from onnxtrain.training.ortmodule import _graph, _label_sparsity
 from onnxtrain.training.ortmodule.options import DebugOptions, FallbackPolicy, RuntimeOptions, logger
@@ -55,7 +56,7 @@ class _Run(torch.autograd.Function):
         fed = {}
         for name, differentiable, grad in zip(graph.output_names, graph.differentiable, grad_outputs):
             if differentiable:
-                fed[f"{name}_grad"] = grad.detach().contiguous()
+                fed[f"{name}_grad"] = to_dlpack(grad.detach().contiguous())
         state, ctx.state = ctx.state, None
         grads = dict(zip(graph.grad_names.values(), graph.training.run_backward(fed, state)))
         by_name = {name: grads.get(out) for name, out in graph.grad_names.items()}
@@ -77,14 +78,16 @@ class _Step:
         self._state = state
         self.trainable = [state[n] for n in trainable]
 
-    def feeds(self, tensors: tuple[torch.Tensor, ...] | None = None) -> dict[str, torch.Tensor]:
+    def feeds(self, tensors: tuple[torch.Tensor, ...] | None = None) -> dict[str, Any]:
+        """The engine's feeds as DLPack capsules: torch's own ``__dlpack__`` method, which the
+        engine would call otherwise, costs some 3 µs a tensor in checks, to_dlpack 0.2."""
         feeds = {}
         inputs = self._inputs if tensors is None else tensors[: len(self.input_names)]
         for name, tensor in zip(self.input_names, inputs):
             if name in self.graph.used_inputs:
-                feeds[name] = tensor.detach().contiguous()
+                feeds[name] = to_dlpack(tensor.detach().contiguous())
         for name in self.graph.weight_names:
-            feeds[name] = self._state[name].detach().contiguous()
+            feeds[name] = to_dlpack(self._state[name].detach().contiguous())
         return feeds
 
     def write_statistics(self, values: list[torch.Tensor]) -> None:
