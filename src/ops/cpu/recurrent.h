@@ -24,6 +24,7 @@
 #include "ops/cpu/onednn.h"
 #include "ops/cpu/vector_math.h"
 #include "ops/cpu/weight_stream.h"
+#include "ops/cpu/work_share.h"
 #include "ops/kernel.h"
 
 namespace onnxtrain::recurrent {
@@ -596,44 +597,23 @@ inline int forward_threads(const Sizes& s) {
   return s.batch >= 2 && flops >= 2 * kPartFlops ? available : 1;
 }
 
-// Runs the ranges [0, parts) of a run side by side on the calling thread's OpenMP team, in
-// one parallel region for the whole run: first(part) for every part, then, past one barrier,
-// then(part); each part on one thread. The steps need no barrier of their own, and the team
-// is the one the graph's other kernels wake: a std::thread of our own instead competed, on
-// two cores, with the team's worker still spinning after the previous kernel (libgomp spins
-// some milliseconds), and a 2-thread LSTM training step ran 3 to 5 times slower than with
-// OMP_WAIT_POLICY=passive. An exception in any part is rethrown after the region; when one
-// is thrown in `first`, no part runs `then`.
+// Runs the ranges [0, parts) of a run side by side: first(part) for every part, then
+// then(part) for every part, each part an item of share_work (ops/cpu/work_share.h) on one
+// thread. The steps need no barrier of their own, and a helper thread that gets no core
+// costs nothing: the caller runs the parts no helper started. On two busy cores (load 5-6)
+// parts on an OpenMP team, whose barriers spin while the partner waits for a core, made a
+// 2-thread LSTM training step 3-5 times slower than with OMP_WAIT_POLICY=passive; parts on
+// std::threads of their own competed with the team's worker still spinning after the
+// previous kernel. An exception in a part is rethrown once the claimed parts have run.
 template <typename First, typename Then>
 void run_parts(int parts, First&& first, Then&& then) {
-  if (parts <= 1 || omp_in_parallel() || openmp_lost_to_fork()) {
+  if (parts <= 1) {
     for (int part = 0; part < parts; ++part) first(part);
     for (int part = 0; part < parts; ++part) then(part);
     return;
   }
-  // The errors of `first` and of `then` apart: a thread checks the first while others may
-  // already run `then`.
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(2 * parts));
-  const auto guarded = [&](auto& f, int part, size_t slot) {
-    try {
-      f(part);
-    } catch (...) {
-      errors[slot] = std::current_exception();
-    }
-  };
-  detail::note_openmp_use();
-#pragma omp parallel num_threads(parts)
-  {
-    const int team = omp_get_num_threads(), me = omp_get_thread_num();
-    const ThreadScope one(1);
-    for (int part = me; part < parts; part += team) guarded(first, part, static_cast<size_t>(part));
-#pragma omp barrier
-    const bool failed = std::any_of(errors.begin(), errors.begin() + parts, [](const auto& e) { return !!e; });
-    for (int part = me; part < parts && !failed; part += team) guarded(then, part, static_cast<size_t>(parts + part));
-  }
-  for (const std::exception_ptr& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  share_work(parts, 1, parts, [&](int64_t part, int) { first(static_cast<int>(part)); });
+  share_work(parts, 1, parts, [&](int64_t part, int) { then(static_cast<int>(part)); });
 }
 
 // Runs body(d) for each direction d. A bidirectional net's two directions run side by side

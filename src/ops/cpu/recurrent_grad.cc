@@ -241,6 +241,24 @@ struct Backpropagation {
   }
 };
 
+// c [m, n] = op(a) b (op(a) = a^T when a_t), as gemm, its rows in ranges shared among the
+// threads (share_ranges), each range one thread's product: oneDNN's OpenMP team instead
+// waits in barriers, spinning, for a partner that gets no core on a busy machine.
+template <typename T>
+void shared_gemm(bool a_t, int64_t m, int64_t n, int64_t k, const T* a, int64_t lda, const T* b, int64_t ldb, T* c,
+                 int64_t ldc) {
+  const int threads =
+      onednn::threads_for(2.0 * static_cast<double>(m * n * k), onednn::kFlopsPerThread, omp_get_max_threads());
+  if (threads <= 1) {
+    gemm<T>(a_t, false, m, n, k, T(1), a, lda, b, ldb, T(0), c, ldc);
+    return;
+  }
+  share_ranges(m, 64, threads, [&](int64_t first, int64_t last) {
+    gemm<T>(a_t, false, last - first, n, k, T(1), a_t ? a + first : a + first * lda, lda, b, ldb, T(0), c + first * ldc,
+            ldc);
+  });
+}
+
 // The buffers of one direction, from the run's arena (kept from run to run: multi-megabyte
 // heap buffers were handed back to the system after each run and faulted in again, page by
 // page, in the next: some 1400 faults per training step of an LSTM 32 x 16 x 256).
@@ -382,7 +400,7 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s) 
                                      whole,
                                      recurrent_product,
                                      reset_product ? &*reset_product : nullptr};
-      const ThreadScope threads(parts > 1 ? parts : run_threads(s));
+      const ThreadScope threads(run_threads(s));
       run_parts(
           parts, [](int) {},
           [&](int part) {
@@ -394,17 +412,16 @@ void backward(KernelContext& ctx, const RecurrentAttributes& a, const Sizes& s) 
 
     // dX = dG W; dW = dG^T X; dR = dRec^T H_prev (GRU's h gate: by rin); dB = column sums;
     // each one product over every step.
-    gemm<T>(false, false, SB, s.input, GH, T(1), dgates, GH, dir.w, s.input, T(0), buf.dx, s.input);
+    shared_gemm<T>(false, SB, s.input, GH, dgates, GH, dir.w, s.input, buf.dx, s.input);
     if (dw != nullptr) {
-      gemm<T>(true, false, GH, s.input, SB, T(1), dgates, GH, x.data(), s.input, T(0), dw->data<T>() + d * GH * s.input,
-              s.input);
+      shared_gemm<T>(true, GH, s.input, SB, dgates, GH, x.data(), s.input, dw->data<T>() + d * GH * s.input, s.input);
     }
     const T* dr_rows = gru ? drec : dgates;
     if (dr != nullptr) {
       T* out = dr->data<T>() + d * GH * H;
       const int64_t plain_rows = gru ? 2 * H : GH;
-      gemm<T>(true, false, plain_rows, H, SB, T(1), dr_rows, GH, rec.hprev, H, T(0), out, H);
-      if (gru) gemm<T>(true, false, H, H, SB, T(1), drec + 2 * H, GH, rin, H, T(0), out + 2 * H * H, H);
+      shared_gemm<T>(true, plain_rows, H, SB, dr_rows, GH, rec.hprev, H, out, H);
+      if (gru) shared_gemm<T>(true, H, H, SB, drec + 2 * H, GH, rin, H, out + 2 * H * H, H);
     }
     if (db != nullptr) {
       T* out = db->data<T>() + d * 2 * GH;
