@@ -400,7 +400,7 @@ void run_direction(const RecurrentAttributes& a, const Sizes& s, const std::vect
     recurrence.run(0, B, h.data(), a.cell == Cell::kLstm ? c.data() : nullptr);
     return;
   }
-  // Each part on a thread of the team (run_parts): each projects its share of the steps'
+  // Each part a share_work item (run_parts): each projects its share of the steps'
   // rows, then, past one barrier, runs its batch rows through the steps.
   const int64_t all_rows = s.seq * B, projected_rows = (all_rows + parts - 1) / parts;
   run_parts(

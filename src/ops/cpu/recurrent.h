@@ -617,7 +617,7 @@ void run_parts(int parts, First&& first, Then&& then) {
 }
 
 // Runs body(d) for each direction d. A bidirectional net's two directions run side by side
-// on two threads of the team (run_parts) when two are available and the work is worth waking
+// on two threads (run_parts) when two are available and the work is worth waking
 // one (each direction then runs on its thread alone); otherwise in turn. An exception in
 // either is rethrown.
 template <typename F>
