@@ -119,4 +119,23 @@ std::vector<Node> expand_call(const Function& function, const Node& call, const 
   return body;
 }
 
+std::string kernel_function_name(std::string_view kernel, uint64_t configuration) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string name(kernel);
+  name += '_';
+  for (int shift = 60; shift >= 0; shift -= 4) name += kHex[(configuration >> shift) & 0xF];
+  return name;
+}
+
+std::string_view kernel_of_function(std::string_view function_name) {
+  constexpr size_t kDigits = 16;
+  if (function_name.size() < kDigits + 2) return {};
+  const size_t underscore = function_name.size() - kDigits - 1;
+  if (function_name[underscore] != '_') return {};
+  for (char ch : function_name.substr(underscore + 1)) {
+    if (!((ch >= '0' && ch <= '9') || (ch >= 'a' && ch <= 'f'))) return {};
+  }
+  return function_name.substr(0, underscore);
+}
+
 }  // namespace onnxtrain::ir

@@ -12,6 +12,7 @@
 // the model's own default-domain opset, as ONNX requires.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -53,6 +54,16 @@ class FunctionLibrary {
 // left out is dropped) and its `opset` set from the function's imports. The function's
 // inputs and outputs take the call's names; every other value is prefixed with `prefix`.
 std::vector<Node> expand_call(const Function& function, const Node& call, const std::string& prefix);
+
+// A model-local org.onnxtrain function that stands for a kernel whose body depends on the
+// call's attributes and on which of its inputs are present (the gradients of the recurrent
+// nets): one function per such configuration, named "<kernel>_<16 hex digits>". ONNX's
+// function overloads would say the same, but onnxruntime 1.23 and onnx.reference ignore a
+// call's overload and run another overload's body. onnxtrain runs the kernel `<kernel>`
+// for such a call (passes/inline_functions.h), any other runtime inlines the body.
+std::string kernel_function_name(std::string_view kernel, uint64_t configuration);
+// The kernel a function named by kernel_function_name stands for; empty for any other name.
+std::string_view kernel_of_function(std::string_view function_name);
 
 // Adds a function to the library while the library loads:
 //   const FunctionRegistration kReluGrad{R"(ReluGrad (dY, Y) => (dX) { ... })"};

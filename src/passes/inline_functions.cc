@@ -16,6 +16,18 @@ int64_t node_opset(const ir::Model& model, const ir::Node& node) {
   return model.opset(node.domain).value_or(0);
 }
 
+// A call of a function that stands for a kernel (ir::kernel_function_name) becomes a node of
+// that kernel where there is one, which keeps the call's inputs and attributes.
+bool call_kernel(ir::Node& node, int64_t opset, const std::function<bool(const ir::Node&, int64_t)>& has_kernel) {
+  const std::string_view kernel = ir::kernel_of_function(node.op_type);
+  if (kernel.empty() || ir::canonical_domain(node.domain) != ir::kOnnxtrainDomain) return false;
+  ir::Node as_kernel = node;
+  as_kernel.op_type = std::string(kernel);
+  if (!has_kernel(as_kernel, opset)) return false;
+  node = std::move(as_kernel);
+  return true;
+}
+
 }  // namespace
 
 void inline_functions(ir::Model& model, const std::function<bool(const ir::Node&, int64_t)>& has_kernel) {
@@ -26,7 +38,8 @@ void inline_functions(ir::Model& model, const std::function<bool(const ir::Node&
     std::vector<ir::Node> nodes;
     for (ir::Node& node : model.graph.nodes) {
       const ir::Function* function = model.function(node.domain, node.op_type);
-      if (function == nullptr || has_kernel(node, node_opset(model, node))) {
+      const int64_t opset = node_opset(model, node);
+      if (function == nullptr || has_kernel(node, opset) || call_kernel(node, opset, has_kernel)) {
         nodes.push_back(std::move(node));
         continue;
       }
