@@ -110,10 +110,14 @@ class HelperPool {
     }
   }
 
-  // Spins for a few microseconds (the next run of a model starts soon after the last),
-  // then sleeps until the generation changes.
+  // Waits for the next job: spinning for 200 us, then asleep until the generation changes.
+  // A helper that slept after each job (it spun 50 us from its last item, which can end 70 us
+  // before the job does) had to be woken for the next: on a busy machine the woken thread
+  // waited for a core while the caller did all the work, and yielding the core while
+  // waiting did the same. Longer spins would take a core from the OpenMP team of the op
+  // that follows.
   void wait_for_job(uint32_t seen) {
-    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(50);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
     for (int spins = 0; generation_.load(std::memory_order_acquire) == seen; ++spins) {
       relax();
       if (spins % 64 == 63 && std::chrono::steady_clock::now() > until) {

@@ -9,8 +9,8 @@
 // share_work does what onnxruntime's pool does: the caller and up to threads - 1 helpers
 // (std::threads kept for the process) claim items from one counter, and once no item is
 // left the caller withdraws the work and waits only for helpers in the middle of an item.
-// A helper that never got a core costs nothing; on an idle machine the helpers, spinning a
-// few microseconds after each job before they sleep, take their share as a team would.
+// A helper that never got a core costs nothing; on an idle machine the helpers, spinning
+// 200 us after each job before they sleep, take their share as a team would.
 //
 // Items run with one OpenMP thread (parallel_for inside them runs inline; oneDNN's
 // primitives should be created for one thread). Only one share_work runs on the helpers at
