@@ -8,12 +8,16 @@ median wall time of ``--repeat`` runs per runtime is printed as a markdown table
 load average before and after (the medians mean little on a machine busy with other work).
 onnxruntime keeps its default graph optimizations and thread settings (what users get).
 
-Each block starts after a pause (``--pause``) and one untimed run. Both runtimes' worker
-threads keep spinning for a while after a run (onnxruntime's thread pool by default,
-OpenMP's until GOMP_SPINCOUNT runs out); on a 2-core machine, the other runtime's
-spinning threads would otherwise take the cores from the block that follows them
-(ResNet-18 at batch 1 on 2 threads measured 2.7 ms right after onnxruntime's runs and
-2.6 ms after a 10 ms pause, against onnxruntime's 2.4 ms).
+Each block starts after a pause (``--pause``), prolonged until the process is idle, and one
+untimed run. Both runtimes' worker threads keep spinning for a while after a run
+(onnxruntime's thread pool by default, OpenMP's until GOMP_SPINCOUNT runs out); on a 2-core
+machine, the other runtime's spinning threads would otherwise take the cores from the block
+that follows them (ResNet-18 at batch 1 on 2 threads measured 2.7 ms right after
+onnxruntime's runs and 2.6 ms after a 10 ms pause, against onnxruntime's 2.4 ms). How long
+they spin depends on the load: on a busy machine (load 5) onnxruntime's workers still ran
+50-90 ms after its runs, so a fixed pause of 50 ms left them on the second core through much
+of the next block; the pause now lasts until the process's threads use under 1 ms of CPU in
+10 ms (at most a second).
 
     .venv/bin/python bench/forward_latency.py [--threads 1 2] [--repeat 50] [--models mlp bert]
 
@@ -86,6 +90,18 @@ def timed_runs(run: Runner, feeds: dict[str, np.ndarray], count: int) -> list[fl
     return times
 
 
+def wait_until_idle(pause: float, limit: float = 1.0) -> None:
+    """Sleeps ``pause`` seconds, then on until this process's threads (either runtime's
+    spinning workers) used under 1 ms of CPU in a 10 ms window, or ``limit`` seconds passed."""
+    time.sleep(pause)
+    end = time.perf_counter() + limit
+    while time.perf_counter() < end:
+        before = time.process_time()  # all threads of the process
+        time.sleep(0.01)
+        if time.process_time() - before < 0.001:
+            return
+
+
 def interleaved_medians(runners: list[Runner], feeds: dict[str, np.ndarray],
                         args: argparse.Namespace) -> list[float]:
     """Median ms of each runner: all warmed up, then timed in alternating blocks."""
@@ -95,7 +111,7 @@ def interleaved_medians(runners: list[Runner], feeds: dict[str, np.ndarray],
     per_round = max(1, math.ceil(args.repeat / args.rounds))
     for _ in range(args.rounds):
         for run, collected in zip(runners, times):
-            time.sleep(args.pause)  # the other runtime's threads stop spinning
+            wait_until_idle(args.pause)  # the other runtime's threads stop spinning
             run(feeds)
             collected += timed_runs(run, feeds, per_round)
     return [statistics.median(t) for t in times]
@@ -242,7 +258,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=50, help="timed runs per runtime and measurement")
     parser.add_argument("--warmup", type=int, default=5, help="untimed runs first")
     parser.add_argument("--rounds", type=int, default=5, help="alternating blocks the timed runs come in")
-    parser.add_argument("--pause", type=float, default=0.05, help="seconds of idle time before each block")
+    parser.add_argument("--pause", type=float, default=0.05,
+                        help="seconds of idle time at least before each block (longer while threads spin)")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--exporters", nargs="+", default=list(EXPORTERS), choices=EXPORTERS)
     parser.add_argument("--batch", nargs="+", type=int, default=[1, 8], help="batch sizes")
