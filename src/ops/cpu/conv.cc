@@ -291,7 +291,7 @@ class StreamingConv {
     Tensor patches = ctx.allocate_scratch(DType::kFloat32, {weights_->depth(), pixels});
     gather_patches(x, patches.data<float>());
     weights_->multiply(
-        patches.data<float>(), pixels, pixels, 1, static_cast<int64_t>(onednn::kBytesPerThread),
+        patches.data<float>(), pixels, pixels, 1, static_cast<int64_t>(onednn::kBytesPerThread), ctx.num_threads(),
         [&](int64_t first, int64_t count, int64_t first_pixel, int64_t n, const WeightStream::Lanes* sums) {
           for (int64_t p = first_pixel; p < first_pixel + n; ++p) {
             float* yp = y + (p / per_image * g_.m + first) * per_image + p % per_image;

@@ -200,7 +200,7 @@ void stream_rows(KernelContext& ctx, const WeightStream& stream, const float* a,
   // Column i of the product is row i of A.
   const int64_t k_stride = a_transposed ? rows : 1, row_stride = a_transposed ? 1 : k;
   stream.multiply(
-      a, rows, k_stride, row_stride, static_cast<int64_t>(onednn::kBytesPerThread),
+      a, rows, k_stride, row_stride, static_cast<int64_t>(onednn::kBytesPerThread), ctx.num_threads(),
       [&](int64_t first, int64_t count, int64_t first_row, int64_t count_rows, const WeightStream::Lanes* sums) {
         for (int64_t i = 0; i < count_rows; ++i)
           for (int64_t j = 0; j < count; ++j)
