@@ -93,6 +93,33 @@ def test_pointwise_conv_as_matmul(strides, bias, constant_w):
     conv(x, w, b, strides=strides, constants=("w",) if constant_w else ())
 
 
+# The product adds the bias and applies the fused Relu itself (oneDNN post-ops: a bias per
+# output channel broadcast along the pixels): odd channel counts, strides, batch 1 and 3,
+# weights constant or fed, one and two threads.
+@pytest.mark.parametrize("strides", [[1, 1], [2, 2], [2, 1]])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("constant_w", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_pointwise_conv_as_matmul_fused_relu(strides, bias, batch, constant_w, threads):
+    x, w, b = randn(batch, 23, 9, 10), randn(37, 23, 1, 1), randn(37)
+    inputs = ["x", "w", "b"] if bias else ["x", "w"]
+    graph = helper.make_graph(
+        [helper.make_node("Conv", inputs, ["c"], strides=strides), helper.make_node("Relu", ["c"], ["y"])],
+        "pointwise_relu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))]
+        + ([] if constant_w else [helper.make_tensor_value_info("w", TensorProto.FLOAT, list(w.shape))]),
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        ([numpy_helper.from_array(w, "w")] if constant_w else []) + ([numpy_helper.from_array(b, "b")] if bias else []))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    feeds = {"x": x} if constant_w else {"x": x, "w": w}
+    options = onnxtrain.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = onnxtrain.InferenceSession(model, sess_options=options)
+    theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    for _ in range(2):  # the second run reuses the prepared product
+        np.testing.assert_allclose(session.run(None, feeds)[0], theirs, rtol=1e-5, atol=1e-5)
+
+
 def test_pointwise_conv_with_few_pixels_and_fused_relu():
     """Below 16 output pixels the blocked convolution serves; both paths give the Relu fusion."""
     for shape in [(1, 32, 4, 4), (1, 32, 8, 8)]:
