@@ -406,6 +406,14 @@ void GradientBuilder::use_function(const std::string& name) {
   used_functions_.insert(name);
 }
 
+void GradientBuilder::define_function(ir::Function function) {
+  const std::string domain(kOnnxtrainDomain);
+  if (!model_.opset(domain)) model_.opset_imports.push_back({domain, 1});
+  model_.ir_version = std::max<int64_t>(model_.ir_version, 8);  // model-local functions
+  if (model_.function(domain, function.name)) return;
+  model_.functions.push_back(std::move(function));
+}
+
 std::string GradientBuilder::accumulated_grad(const std::string& value) {
   auto it = contributions_.find(value);
   if (it == contributions_.end() || it->second.empty()) return "";

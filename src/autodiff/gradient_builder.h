@@ -58,6 +58,9 @@ class GradientBuilder {
   // The shape of a graph input declared with fixed dimensions, or of an initializer.
   std::optional<Shape> fixed_shape(const std::string& value) const;
   void use_function(const std::string& name);
+  // Adds a model-local org.onnxtrain function that is not in the library, unless the model
+  // has one of that name.
+  void define_function(ir::Function function);
 
   ir::Model model_;
   GradientRequest request_;

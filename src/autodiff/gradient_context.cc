@@ -141,6 +141,14 @@ void GradientContext::use_function(const std::string& name) {
   builder_.use_function(name);
 }
 
+void GradientContext::use_function(const ir::Function& function) {
+  if (FunctionLibrary::global().contains(function.name)) {
+    builder_.use_function(function.name);
+  } else {
+    builder_.define_function(function);
+  }
+}
+
 const ir::Model& GradientContext::model() const {
   return builder_.model_;
 }
@@ -177,6 +185,21 @@ std::vector<std::string> GradientContext::call_n(std::string name, std::vector<s
   }
   // Omitted outputs stay as "" (onnxruntime's function inlining fails on a call with fewer
   // outputs than the function declares).
+  return outputs;
+}
+
+std::vector<std::string> GradientContext::call_function(ir::Function function, std::vector<std::string> inputs,
+                                                        std::vector<ir::Attribute> attributes, size_t output_count,
+                                                        const std::vector<bool>& wanted) {
+  std::string name = function.name;
+  builder_.define_function(std::move(function));
+  std::vector<std::string> outputs = builder_.add_node(std::move(name), std::string(kOnnxtrainDomain),
+                                                       std::move(inputs), std::move(attributes), output_count);
+  for (size_t i = 0; i < wanted.size() && i < outputs.size(); ++i) {
+    if (wanted[i]) continue;
+    outputs[i].clear();
+    builder_.backward_nodes_.back().outputs[i].clear();
+  }
   return outputs;
 }
 

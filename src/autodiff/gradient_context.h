@@ -89,6 +89,9 @@ class GradientContext {
   std::string fresh_name(const std::string& hint);
   // Defines the org.onnxtrain function `name` in the model (a subgraph's gradient calls it).
   void use_function(const std::string& name);
+  // The same for a function a subgraph's gradient model defines: a library function by its
+  // name, one built for a node (call_function) by its definition.
+  void use_function(const ir::Function& function);
   // The model being differentiated (its opsets and functions, for a subgraph's gradient).
   const ir::Model& model() const;
   // What static inference knows of `value`; nullptr when nothing.
@@ -105,10 +108,19 @@ class GradientContext {
                                   std::vector<ir::Attribute> attributes, size_t output_count,
                                   const std::vector<bool>& wanted = {});
 
-  // A node of the org.onnxtrain op `name` that has a kernel (src/ops/cpu) and no
-  // standard-ONNX body: the gradients of the recurrent nets, whose backpropagation through
-  // time loops over the steps (a body would need Loop). The gradient graph then runs on
-  // onnxtrain only. `wanted` as in call_n.
+  // A call of `function`, an org.onnxtrain function built for this node because its body
+  // depends on the node's attributes and inputs (the recurrent nets' gradients,
+  // autodiff/recurrent_body.h; named by ir::kernel_function_name, so onnxtrain runs the
+  // kernel it stands for). The model gets its definition unless it has it. `wanted` as in
+  // call_n.
+  std::vector<std::string> call_function(ir::Function function, std::vector<std::string> inputs,
+                                         std::vector<ir::Attribute> attributes, size_t output_count,
+                                         const std::vector<bool>& wanted = {});
+
+  // A node of the org.onnxtrain op `name` that has a kernel (src/ops/cpu) and no body: a
+  // recurrent net's gradient in a model whose opset is older than its body needs
+  // (autodiff/recurrent_body.h) or whose element type the builder does not know. The gradient
+  // graph then runs on onnxtrain only. `wanted` as in call_n.
   std::vector<std::string> emit_kernel_op(std::string name, std::vector<std::string> inputs,
                                           std::vector<ir::Attribute> attributes, size_t output_count,
                                           const std::vector<bool>& wanted = {});

@@ -78,7 +78,7 @@ std::shared_ptr<ir::Graph> branch_gradient(GradientContext& g, const ir::Graph& 
     ir::Model gradient = build_gradient_graph(std::move(model), request);
     // The org.onnxtrain functions it calls are defined in the enclosing model.
     for (const ir::Function& f : gradient.functions) {
-      if (f.domain == kOnnxtrainDomain) g.use_function(f.name);
+      if (f.domain == kOnnxtrainDomain) g.use_function(f);
     }
     *result = std::move(gradient.graph);
     // Its seeds are the incoming gradients of the enclosing graph; its inputs are outer values.
@@ -297,7 +297,7 @@ BodyGradient body_gradient(GradientContext& g, const ir::Graph& body, const std:
   }
   // The org.onnxtrain functions it calls are defined in the enclosing model.
   for (const ir::Function& f : gradient.functions) {
-    if (f.domain == kOnnxtrainDomain) g.use_function(f.name);
+    if (f.domain == kOnnxtrainDomain) g.use_function(f);
   }
   for (const auto& [seed, name] : seed_of) renamed[seed] = name;
   for (const ir::Node& node : gradient.graph.nodes) {

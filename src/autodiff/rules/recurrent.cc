@@ -7,15 +7,18 @@
 // a session running both nodes hands the gradient the forward's own record instead
 // (passes/share_recurrent_record.h).
 //
-// These ops have no standard-ONNX body: the backward walks the steps in reverse with a
-// state, which standard ONNX can only state with Loop. A gradient graph with one runs on
-// onnxtrain only.
+// The node calls a model-local function built for its configuration, "LSTMGrad_<hash>"
+// (autodiff/recurrent_body.h): its standard-ONNX body, the forward as Scans differentiated,
+// lets any ONNX runtime run the gradient graph; onnxtrain runs the kernel instead. Below
+// opset 15 (kRecurrentBodyMinOpset), or where the element type is unknown to the builder, the
+// node is the kernel's op without a body, and the gradient graph runs on onnxtrain only.
 #include "autodiff/gradient_context.h"
+#include "autodiff/recurrent_body.h"
 
 namespace onnxtrain::autodiff {
 namespace {
 
-void recurrent(GradientContext& g, const char* grad_op, size_t forward_inputs, size_t forward_outputs) {
+void recurrent(GradientContext& g, size_t forward_inputs, size_t forward_outputs) {
   std::vector<std::string> inputs;
   for (size_t i = 0; i < forward_inputs; ++i) inputs.push_back(g.has_input(i) ? g.input(i) : "");
   bool any = false;
@@ -36,20 +39,31 @@ void recurrent(GradientContext& g, const char* grad_op, size_t forward_inputs, s
     needed = needed || wanted[k];
   }
   if (!needed) return;
-  const std::vector<std::string> grads = g.emit_kernel_op(grad_op, inputs, g.node().attributes, count, wanted);
+  DType dtype = g.dtype(g.input(0));
+  for (size_t i : {1, 2}) {
+    if (dtype == DType::kUndefined) dtype = g.dtype(g.input(i));
+  }
+  std::vector<std::string> grads;
+  if (g.opset() < kRecurrentBodyMinOpset || (dtype != DType::kFloat32 && dtype != DType::kFloat64)) {
+    grads = g.emit_kernel_op(g.node().op_type + "Grad", inputs, g.node().attributes, count, wanted);
+  } else {
+    RecurrentGradientFunction function = recurrent_gradient_function(g.node(), inputs, dtype, g.opset());
+    for (const std::string& name : function.library_calls) g.use_function(name);
+    grads = g.call_function(std::move(function.function), inputs, g.node().attributes, count, wanted);
+  }
   for (size_t k = 0; k < count; ++k) {
     if (wanted[k]) g.set_input_grad(of_input[k], grads[k]);
   }
 }
 
 void rnn(GradientContext& g) {
-  recurrent(g, "RNNGrad", 6, 2);
+  recurrent(g, 6, 2);
 }
 void gru(GradientContext& g) {
-  recurrent(g, "GRUGrad", 6, 2);
+  recurrent(g, 6, 2);
 }
 void lstm(GradientContext& g) {
-  recurrent(g, "LSTMGrad", 8, 3);
+  recurrent(g, 8, 3);
 }
 
 const RuleRegistration kRecurrentRules{{{"RNN", rnn}, {"GRU", gru}, {"LSTM", lstm}}};
