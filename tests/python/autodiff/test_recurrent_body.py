@@ -54,6 +54,7 @@ class Case:
     hidden: int = 2
     scale: float = 1.0  # of the random inputs (larger: clip and thresholds bite)
     opset: int = 17
+    dynamic: bool = False  # the sequence and batch axes declared by name, not size
 
     @property
     def outputs(self) -> list[str]:
@@ -64,34 +65,46 @@ def build(case: Case, dtype: type) -> tuple[onnx.ModelProto, dict[str, np.ndarra
     """The forward model (every present input a graph input) and random feeds for it."""
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     dirs = 2 if case.direction == "bidirectional" else 1
-    g, h, n, s = GATES[case.cell], case.hidden, case.batch, case.seq
-    state = [dirs, n, h] if case.layout == 0 else [n, dirs, h]
-    shapes = {
-        "X": [s, n, case.input_size] if case.layout == 0 else [n, s, case.input_size],
-        "W": [dirs, g * h, case.input_size],
-        "R": [dirs, g * h, h],
-    }
-    if case.bias:
-        shapes["B"] = [dirs, 2 * g * h]
-    if case.initial:
-        shapes["initial_h"] = state
-        if case.cell == "LSTM":
-            shapes["initial_c"] = state
-    if case.peepholes:
-        shapes["P"] = [dirs, 3 * h]
+    g, h = GATES[case.cell], case.hidden
+    # The shapes as sizes (for the feeds) and as the model declares them.
+    sizes, declared = {}, {}
+    for n, s, into in [(case.batch, case.seq, sizes), ("batch", "seq", declared) if case.dynamic
+                       else (case.batch, case.seq, declared)]:
+        state = [dirs, n, h] if case.layout == 0 else [n, dirs, h]
+        into |= {
+            "X": [s, n, case.input_size] if case.layout == 0 else [n, s, case.input_size],
+            "W": [dirs, g * h, case.input_size],
+            "R": [dirs, g * h, h],
+            "B": [dirs, 2 * g * h],
+            "sequence_lens": [n],
+            "initial_h": state,
+            "initial_c": state,
+            "P": [dirs, 3 * h],
+            "Y": [s, dirs, n, h] if case.layout == 0 else [n, s, dirs, h],
+            "Y_h": state,
+            "Y_c": state,
+        }
+    present = {"X", "W", "R"}
+    present |= {"B"} if case.bias else set()
+    present |= {"sequence_lens"} if case.lens is not None else set()
+    present |= {"initial_h", "initial_c"} if case.initial else set()
+    present |= {"P"} if case.peepholes else set()
     order = ["X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P"][: 8 if case.cell == "LSTM" else 6]
-    inputs = [name if name in shapes or (name == "sequence_lens" and case.lens is not None) else "" for name in order]
+    inputs = [name if name in present else "" for name in order]
     while inputs[-1] == "":
         inputs.pop()
     rng = np.random.default_rng(zlib.crc32(case.id.encode()))
-    feeds = {name: (rng.standard_normal(shape) * case.scale).astype(dtype) for name, shape in shapes.items()}
-    graph_inputs = [helper.make_tensor_value_info(name, elem, shape) for name, shape in shapes.items()]
+    feeds = {
+        name: (rng.standard_normal(sizes[name]) * case.scale).astype(dtype)
+        for name in inputs if name not in ("", "sequence_lens")
+    }
+    graph_inputs = [
+        helper.make_tensor_value_info(name, onnx.TensorProto.INT32 if name == "sequence_lens" else elem, declared[name])
+        for name in inputs if name
+    ]
     if case.lens is not None:
         feeds["sequence_lens"] = np.array(case.lens, np.int32)
-        graph_inputs.append(helper.make_tensor_value_info("sequence_lens", onnx.TensorProto.INT32, [n]))
-    y = [s, dirs, n, h] if case.layout == 0 else [n, s, dirs, h]
-    out_shapes = {"Y": y, "Y_h": state, "Y_c": state}
-    outputs = [helper.make_tensor_value_info(name, elem, out_shapes[name]) for name in case.outputs]
+    outputs = [helper.make_tensor_value_info(name, elem, declared[name]) for name in case.outputs]
     attrs = {"hidden_size": h, "direction": case.direction, **({"layout": 1} if case.layout else {}), **case.attrs}
     node = helper.make_node(case.cell, inputs, case.outputs, name=f"{case.cell.lower()}0", **attrs)
     model = helper.make_model(
@@ -108,8 +121,10 @@ def gradient_of(case: Case, dtype: type) -> tuple[onnx.ModelProto, dict[str, np.
     wrt = [i.name for i in model.graph.input if i.name != "sequence_lens"]
     gradient = onnxtrain.build_gradient_graph(model, wrt, outputs=seeded)
     rng = np.random.default_rng(7)
+    sizes = {"seq": case.seq, "batch": case.batch}
     for name in seeded:
-        shape = [d.dim_value for d in next(o for o in model.graph.output if o.name == name).type.tensor_type.shape.dim]
+        dims = next(o for o in model.graph.output if o.name == name).type.tensor_type.shape.dim
+        shape = [sizes.get(d.dim_param, d.dim_value) for d in dims]
         feeds[name + "_grad"] = rng.standard_normal(shape).astype(dtype)
     return gradient, feeds
 
@@ -215,6 +230,10 @@ def cases() -> list[Case]:
         Case("RNN-opset15", "RNN", "bidirectional", lens=[4, 0, 3], opset=15),
         Case("GRU-opset15", "GRU", "reverse", lens=[2, 4, 1], attrs={"linear_before_reset": 1}, opset=15),
         Case("LSTM-opset15", "LSTM", "bidirectional", peepholes=True, lens=[4, 0, 3], opset=15),
+        # The sequence and batch axes by name only.
+        Case("RNN-dynamic", "RNN", "forward", bias=False, initial=False, dynamic=True),
+        Case("GRU-dynamic", "GRU", "reverse", layout=1, attrs={"linear_before_reset": 1}, dynamic=True),
+        Case("LSTM-dynamic", "LSTM", "bidirectional", peepholes=True, lens=[4, 1, 3], dynamic=True),
         Case("LSTM-only-Y_c", "LSTM", "bidirectional", seeded=(2,), peepholes=True, lens=[3, 1, 4]),
     ]
     # Every activation of the spec, with alpha and beta where it takes them.
