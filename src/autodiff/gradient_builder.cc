@@ -77,8 +77,12 @@ ir::Model GradientBuilder::build() {
   seed();
   for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
     const ir::Node& node = model_.graph.nodes[*it];
-    const bool active = std::any_of(node.outputs.begin(), node.outputs.end(),
-                                    [&](const std::string& o) { return !o.empty() && backward_.contains(o); });
+    // A node on a path to the outputs whose outputs got no gradient (read there only by a
+    // node without one for that input: CastLike's target, Shape) has nothing to pass back.
+    const bool active = std::any_of(node.outputs.begin(), node.outputs.end(), [&](const std::string& o) {
+      const auto parts = contributions_.find(o);
+      return !o.empty() && backward_.contains(o) && parts != contributions_.end() && !parts->second.empty();
+    });
     if (active) differentiate(*it);
   }
   finish();

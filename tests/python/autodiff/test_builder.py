@@ -320,3 +320,24 @@ def test_dropout_in_training_mode_uses_the_forward_mask() -> None:
     mask = out[drop.output[1]]
     assert 0 < mask.sum() < mask.size
     np.testing.assert_allclose(out["x_grad"], mask / (1 - ratio), rtol=1e-6)
+
+
+def test_a_value_read_only_where_no_gradient_flows_gets_none() -> None:
+    # s = Slice(x) lies on a path to the loss, but CastLike reads it only for its type: the
+    # Slice must not be differentiated (its rule would Pad an absent gradient).
+    nodes = [
+        helper.make_node("Slice", ["x", "starts", "ends"], ["s"]),
+        helper.make_node("CastLike", ["c", "s"], ["c_like"]),
+        helper.make_node("Mul", ["x", "c_like"], ["y"]),
+        helper.make_node("ReduceSum", ["y"], ["loss"], keepdims=0),
+    ]
+    initializers = [numpy_helper.from_array(np.array([0], np.int64), "starts"),
+                    numpy_helper.from_array(np.array([1], np.int64), "ends"),
+                    numpy_helper.from_array(np.array(2.0, np.float64), "c")]
+    g = onnxtrain.build_gradient_graph(
+        model(nodes, [helper.make_tensor_value_info("x", F, [3])], [helper.make_tensor_value_info("loss", F, [])],
+              initializers), ["x"])
+    onnx.checker.check_model(g, full_check=True)
+    assert not any(n.op_type == "Pad" for n in g.graph.node)
+    out = run(g, {"x": np.array([1, 2, 3], np.float32)})
+    np.testing.assert_array_equal(out["x_grad"], [2, 2, 2])
