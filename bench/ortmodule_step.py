@@ -20,6 +20,9 @@ on onnxtrain's side with one); that is the same computation. ``onnxtrain-dense``
 onnxtrain with label sparsity off, to show what the pass gains.
 
     PYTHONPATH=build/<dir>/python .venv/bin/python bench/ortmodule_step.py [--rounds 3] [--models gpt2 bert]
+
+``--profile DIR`` also times onnxtrain's kernels in its timed steps (the engines' profiles,
+see docs/ortmodule.md) and prints the forward and backward runs by op type.
 """
 
 from __future__ import annotations
@@ -118,7 +121,28 @@ def build(model_name: str, framework: str):
     return WithLoss(), lambda: (x, labels)
 
 
-def worker(framework: str, model_name: str, steps: int, warmup: int, threads: int) -> dict:
+def kernel_times(path: str, steps: int) -> dict:
+    """Per run kind (forward, backward) and op type, the kernels' milliseconds per step in
+    an engine profile whose runs alternate forward, backward."""
+    with open(path) as f:
+        events = json.load(f)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    runs = sorted((e for e in events if e.get("name") == "model_run"), key=lambda e: e["ts"])
+    spans = [(r["ts"], r["ts"] + r["dur"], "forward" if i % 2 == 0 else "backward") for i, r in enumerate(runs)]
+    times: dict = {"forward": {}, "backward": {}}
+    for e in events:
+        if e.get("cat") != "Node":
+            continue
+        kind = next((k for begin, end, k in spans if begin <= e["ts"] <= end), None)
+        if kind:
+            op = e["args"]["op_name"]
+            times[kind][op] = times[kind].get(op, 0.0) + e["dur"] / 1000 / steps
+    for kind, span_kind in (("forward run", "forward"), ("backward run", "backward")):
+        times[kind] = sum(end - begin for begin, end, k in spans if k == span_kind) / 1000 / steps
+    return times
+
+
+def worker(framework: str, model_name: str, steps: int, warmup: int, threads: int, profile: str | None = None) -> dict:
     import warnings
 
     if framework == "ort":
@@ -131,7 +155,10 @@ def worker(framework: str, model_name: str, steps: int, warmup: int, threads: in
     if framework.startswith("onnxtrain"):
         from onnxtrain.training.ortmodule import ORTModule
 
-        module = ORTModule(module, label_sparsity=framework == "onnxtrain")
+        from onnxtrain.training.ortmodule import DebugOptions
+
+        debug = DebugOptions(profile_prefix=os.path.join(profile, model_name)) if profile else None
+        module = ORTModule(module, debug, label_sparsity=framework == "onnxtrain")
     elif framework == "ort":
         from onnxruntime.training.ortmodule import DebugOptions, ORTModule
 
@@ -161,8 +188,13 @@ def worker(framework: str, model_name: str, steps: int, warmup: int, threads: in
         losses.append(step())
         if i >= warmup:
             times.append(time.perf_counter() - start)
-    return {"median_ms": 1000 * statistics.median(times), "first_call_s": first_call, "peak_rss_mb": peak_rss_mb(),
-            "losses": losses[:3]}
+        if profile and framework.startswith("onnxtrain") and i + 1 == warmup:
+            module.end_profiling()  # the timed steps only
+    result = {"median_ms": 1000 * statistics.median(times), "first_call_s": first_call, "peak_rss_mb": peak_rss_mb(),
+              "losses": losses[:3]}
+    if profile and framework.startswith("onnxtrain"):
+        result["kernels"] = kernel_times(module.end_profiling()[0], steps)
+    return result
 
 
 # ---- the driver ----
@@ -178,6 +210,8 @@ def run_block(framework: str, model_name: str, args: argparse.Namespace) -> dict
         env["PYTHONPATH"] = f"{ORT_OVERLAY}:{ORT_ANCHOR}"
     command += [__file__, "--worker", framework, model_name, "--steps", str(args.steps), "--warmup",
                 str(args.warmup), "--threads", str(args.threads)]
+    if args.profile:
+        command += ["--profile", args.profile]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     if result.returncode != 0:
         print(f"  {framework} {model_name} failed:\n{result.stderr[-2000:]}", file=sys.stderr)
@@ -193,11 +227,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--profile", metavar="DIR", help="time onnxtrain's kernels (engine profiles written "
+                        "to DIR; the table of the last round's forward and backward by op type follows)")
     parser.add_argument("--worker", nargs=2, metavar=("FRAMEWORK", "MODEL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker[0], args.worker[1], args.steps, args.warmup, args.threads)))
+        print(json.dumps(worker(args.worker[0], args.worker[1], args.steps, args.warmup, args.threads, args.profile)))
         return
+    if args.profile:
+        os.makedirs(args.profile, exist_ok=True)
 
     results: dict[tuple[str, str], list[dict]] = {}
     for r in range(args.rounds):
@@ -230,6 +268,21 @@ def main() -> None:
         print(f"| {model_name} | " + " | ".join(cells) + f" | {ratio('onnxtrain', 'torch')} | {ratio('onnxtrain', 'ort')} | "
               + " / ".join(f"{v:.2f}" if v else "—" for v in first) + " | "
               + " / ".join(f"{v:.0f}" if v else "—" for v in peaks) + " |")
+    if args.profile:
+        print_kernel_times(results)
+
+
+def print_kernel_times(results: dict) -> None:
+    """The last round's onnxtrain kernels per step, by run and op type (the ten largest)."""
+    for (model_name, framework), blocks in results.items():
+        kernels = blocks[-1].get("kernels")
+        if not kernels:
+            continue
+        print(f"\n{model_name}, {framework}: forward run {kernels['forward run']:.1f} ms, backward run "
+              f"{kernels['backward run']:.1f} ms a step; kernels by op type (ms a step):")
+        for kind in ("forward", "backward"):
+            top = sorted(kernels[kind].items(), key=lambda item: -item[1])[:10]
+            print(f"  {kind}: " + ", ".join(f"{op} {ms:.2f}" for op, ms in top))
 
 
 if __name__ == "__main__":
