@@ -160,14 +160,16 @@ def test_gemm_few_rows_constant_b(rows, trans_a, trans_b, c_shape, alpha):
              constants=["b"], **F32)
 
 
-# Deep streamed products: 9 to 16 rows take one pass with AVX-512 (8 rows a pass otherwise),
-# the rows interleaved first, the weights prefetched 256 depth steps ahead (past 1030 steps
-# and past the end of the last block), the blocks split between threads.
+# Deep streamed products: 8 rows a pass, 16 with AVX-512 once the weights reach 12 MB (200
+# or 3100 outputs: 0.8 or 12.8 MB), the rows interleaved first, the weights prefetched 256
+# depth steps ahead (past 1030 steps and past the end of the last block), ranges of blocks
+# shared between threads.
 @pytest.mark.parametrize("rows", [2, 9, 12, 16])
+@pytest.mark.parametrize("n", [200, 3100])
 @pytest.mark.parametrize("trans_b", [0, 1])
 @pytest.mark.parametrize("threads", [1, 2])
-def test_gemm_few_rows_deep_constant_b(rows, trans_b, threads):
-    k, n = 1030, 200  # 200 outputs: 12 blocks of 16 and one of 8
+def test_gemm_few_rows_deep_constant_b(rows, n, trans_b, threads):
+    k = 1030  # n: 12 blocks of 16 and one of 8, or 193 and one of 12
     a, b, c = randn(rows, k), randn(*((n, k) if trans_b else (k, n))), randn(n)
     graph = helper.make_graph(
         [helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=trans_b)], "gemm",
