@@ -1,4 +1,5 @@
-// Intra-op parallelism on OpenMP (the runtime oneDNN uses too).
+// Intra-op parallelism: parallel_for on share_work's threads; OpenMP's thread count (the
+// runtime oneDNN uses) is the count both follow.
 //
 // GCC's OpenMP does not survive fork(): in the child of a process that ran a parallel region,
 // the thread that forked hangs in its first region (its team's threads are gone; Python's
@@ -14,6 +15,8 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+
+#include "core/work_share.h"
 
 namespace onnxtrain {
 
@@ -51,7 +54,9 @@ class ThreadScope {
 };
 
 // Calls f(begin, end) over [0, n) in chunks of at least `grain` items, in parallel when
-// there is more than one chunk.
+// there is more than one chunk: the chunks are share_work's items (core/work_share.h), so a
+// thread that gets no core on a busy machine leaves its chunks to the others instead of
+// holding them at a barrier, and f runs with one OpenMP thread.
 template <typename F>
 void parallel_for(int64_t n, int64_t grain, F&& f) {
   if (n <= 0) return;
@@ -61,22 +66,7 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
     f(int64_t{0}, n);
     return;
   }
-  // An exception must not leave an OpenMP region (the process would terminate): the first
-  // one thrown is kept, the other chunks still run, and it is rethrown after the region.
-  detail::note_openmp_use();
-  std::exception_ptr error;
-#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t begin = n * c / chunks;
-    const int64_t end = n * (c + 1) / chunks;
-    try {
-      f(begin, end);
-    } catch (...) {
-#pragma omp critical(onnxtrain_parallel_for_error)
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
+  share_ranges(n, grain, static_cast<int>(threads), f);
 }
 
 }  // namespace onnxtrain

@@ -1,4 +1,4 @@
-#include "ops/cpu/work_share.h"
+#include "core/work_share.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>

@@ -20,7 +20,7 @@
 #include "ops/cpu/multiversion.h"
 #include "ops/cpu/onednn.h"
 #include "ops/cpu/vector_math.h"
-#include "ops/cpu/work_share.h"
+#include "core/work_share.h"
 #include "ops/kernel.h"
 
 namespace onnxtrain::qlinear {

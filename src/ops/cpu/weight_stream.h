@@ -17,7 +17,7 @@
 
 #include "ops/cpu/multiversion.h"
 #include "ops/cpu/vector_math.h"
-#include "ops/cpu/work_share.h"
+#include "core/work_share.h"
 
 namespace onnxtrain {
 

@@ -1,4 +1,4 @@
-#include "ops/cpu/work_share.h"
+#include "core/work_share.h"
 
 #include <omp.h>
 #include <pthread.h>
