@@ -598,7 +598,7 @@ inline int forward_threads(const Sizes& s) {
 }
 
 // Runs the ranges [0, parts) of a run side by side: first(part) for every part, then
-// then(part) for every part, each part an item of share_work (ops/cpu/work_share.h) on one
+// then(part) for every part, each part an item of share_work (core/work_share.h) on one
 // thread. The steps need no barrier of their own, and a helper thread that gets no core
 // costs nothing: the caller runs the parts no helper started. On two busy cores (load 5-6)
 // parts on an OpenMP team, whose barriers spin while the partner waits for a core, made a
