@@ -1,5 +1,5 @@
-// Intra-op parallelism: parallel_for on share_work's threads; OpenMP's thread count (the
-// runtime oneDNN uses) is the count both follow.
+// Intra-op parallelism on OpenMP (the runtime oneDNN uses too); core/work_share.h has the
+// pool that withdraws unstarted work, which the kernels that lost most to barriers use.
 //
 // GCC's OpenMP does not survive fork(): in the child of a process that ran a parallel region,
 // the thread that forked hangs in its first region (its team's threads are gone; Python's
@@ -15,8 +15,6 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
-
-#include "core/work_share.h"
 
 namespace onnxtrain {
 
@@ -54,9 +52,7 @@ class ThreadScope {
 };
 
 // Calls f(begin, end) over [0, n) in chunks of at least `grain` items, in parallel when
-// there is more than one chunk: the chunks are share_work's items (core/work_share.h), so a
-// thread that gets no core on a busy machine leaves its chunks to the others instead of
-// holding them at a barrier, and f runs with one OpenMP thread.
+// there is more than one chunk.
 template <typename F>
 void parallel_for(int64_t n, int64_t grain, F&& f) {
   if (n <= 0) return;
@@ -66,7 +62,22 @@ void parallel_for(int64_t n, int64_t grain, F&& f) {
     f(int64_t{0}, n);
     return;
   }
-  share_ranges(n, grain, static_cast<int>(threads), f);
+  // An exception must not leave an OpenMP region (the process would terminate): the first
+  // one thrown is kept, the other chunks still run, and it is rethrown after the region.
+  detail::note_openmp_use();
+  std::exception_ptr error;
+#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t begin = n * c / chunks;
+    const int64_t end = n * (c + 1) / chunks;
+    try {
+      f(begin, end);
+    } catch (...) {
+#pragma omp critical(onnxtrain_parallel_for_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 }  // namespace onnxtrain
