@@ -31,12 +31,12 @@
 
 #include "core/dispatch.h"
 #include "core/parallel.h"
+#include "core/work_share.h"
 #include "ops/cpu/layout.h"
 #include "ops/cpu/matmul.h"
 #include "ops/cpu/multiversion.h"
 #include "ops/cpu/onednn.h"
 #include "ops/cpu/vector_math.h"
-#include "core/work_share.h"
 #include "ops/kernel_registry.h"
 
 namespace onnxtrain {

@@ -20,11 +20,11 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "core/work_share.h"
 #include "ops/cpu/multiversion.h"
 #include "ops/cpu/onednn.h"
 #include "ops/cpu/vector_math.h"
 #include "ops/cpu/weight_stream.h"
-#include "core/work_share.h"
 #include "ops/kernel.h"
 
 namespace onnxtrain::recurrent {

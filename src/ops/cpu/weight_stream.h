@@ -15,9 +15,9 @@
 #include <cstring>
 #include <utility>
 
+#include "core/work_share.h"
 #include "ops/cpu/multiversion.h"
 #include "ops/cpu/vector_math.h"
-#include "core/work_share.h"
 
 namespace onnxtrain {
 
