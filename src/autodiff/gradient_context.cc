@@ -176,16 +176,7 @@ std::vector<std::string> GradientContext::call_n(std::string name, std::vector<s
                                                  std::vector<ir::Attribute> attributes, size_t output_count,
                                                  const std::vector<bool>& wanted) {
   builder_.use_function(name);
-  std::vector<std::string> outputs = builder_.add_node(std::move(name), std::string(kOnnxtrainDomain),
-                                                       std::move(inputs), std::move(attributes), output_count);
-  for (size_t i = 0; i < wanted.size() && i < outputs.size(); ++i) {
-    if (wanted[i]) continue;
-    outputs[i].clear();
-    builder_.backward_nodes_.back().outputs[i].clear();
-  }
-  // Omitted outputs stay as "" (onnxruntime's function inlining fails on a call with fewer
-  // outputs than the function declares).
-  return outputs;
+  return add_onnxtrain_node(std::move(name), std::move(inputs), std::move(attributes), output_count, wanted);
 }
 
 std::vector<std::string> GradientContext::call_function(ir::Function function, std::vector<std::string> inputs,
@@ -193,14 +184,7 @@ std::vector<std::string> GradientContext::call_function(ir::Function function, s
                                                         const std::vector<bool>& wanted) {
   std::string name = function.name;
   builder_.define_function(std::move(function));
-  std::vector<std::string> outputs = builder_.add_node(std::move(name), std::string(kOnnxtrainDomain),
-                                                       std::move(inputs), std::move(attributes), output_count);
-  for (size_t i = 0; i < wanted.size() && i < outputs.size(); ++i) {
-    if (wanted[i]) continue;
-    outputs[i].clear();
-    builder_.backward_nodes_.back().outputs[i].clear();
-  }
-  return outputs;
+  return add_onnxtrain_node(std::move(name), std::move(inputs), std::move(attributes), output_count, wanted);
 }
 
 std::vector<std::string> GradientContext::emit_kernel_op(std::string name, std::vector<std::string> inputs,
@@ -209,8 +193,14 @@ std::vector<std::string> GradientContext::emit_kernel_op(std::string name, std::
   ir::Model& model = builder_.model_;
   const std::string domain(kOnnxtrainDomain);
   if (!model.opset(domain)) model.opset_imports.push_back({domain, 1});
-  std::vector<std::string> outputs =
-      builder_.add_node(std::move(name), domain, std::move(inputs), std::move(attributes), output_count);
+  return add_onnxtrain_node(std::move(name), std::move(inputs), std::move(attributes), output_count, wanted);
+}
+
+std::vector<std::string> GradientContext::add_onnxtrain_node(std::string name, std::vector<std::string> inputs,
+                                                             std::vector<ir::Attribute> attributes, size_t output_count,
+                                                             const std::vector<bool>& wanted) {
+  std::vector<std::string> outputs = builder_.add_node(std::move(name), std::string(kOnnxtrainDomain),
+                                                       std::move(inputs), std::move(attributes), output_count);
   for (size_t i = 0; i < wanted.size() && i < outputs.size(); ++i) {
     if (wanted[i]) continue;
     outputs[i].clear();

@@ -151,6 +151,12 @@ class GradientContext {
   [[noreturn]] void fail(const std::string& message) const;
 
  private:
+  // A node of the org.onnxtrain op `name` (a function call or a kernel-only op), with the
+  // outputs `wanted` leaves out cleared ("", onnxruntime's inlining needs every declared one).
+  std::vector<std::string> add_onnxtrain_node(std::string name, std::vector<std::string> inputs,
+                                              std::vector<ir::Attribute> attributes, size_t output_count,
+                                              const std::vector<bool>& wanted);
+
   GradientBuilder& builder_;
   size_t node_index_;
 };
