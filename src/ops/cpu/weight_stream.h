@@ -15,7 +15,7 @@
 #include <cstring>
 #include <utility>
 
-#include "core/work_share.h"
+#include "core/parallel.h"
 #include "ops/cpu/multiversion.h"
 #include "ops/cpu/vector_math.h"
 
@@ -113,10 +113,12 @@ class WeightStream {
   // handed to store(first, valid, first_column, columns, sums) block by block (valid =
   // outputs in the block) and columns_per_pass() columns at a time (a block's weights, read
   // again for the next columns, come from the cache). Ranges of blocks of at least
-  // `bytes_per_thread` weights are shared among up to `threads` threads as they come
-  // (share_ranges): split up front, a helper waiting for a core on a busy machine held up
-  // the whole product (the MLP's 16 x 4096 x 4096 layer on two threads at load 5 ran
-  // 1.3-1.7x onnxruntime's time, wall clock, at 1.0 on one thread).
+  // `bytes_per_thread` weights run on parallel_for's OpenMP team when `threads` > 1. On
+  // share_ranges instead, a loaded machine gained (a helper without a core holds nothing up)
+  // but a quiet one lost, the helpers spinning after the product on the core that the next
+  // op's OpenMP team (oneDNN, parallel_for) wanted: ResNet-18's forward at batch 1 on two
+  // threads, whose last convolutions stream their weights, 2.3-2.9 -> 3.8-3.9 ms; the
+  // 1024-4096-4096-1000 MLP at batch 16, 5.2 -> 8.0-9.8 ms.
   template <typename Store>
   void multiply(const float* columns, int64_t count, int64_t k_stride, int64_t c_stride, int64_t bytes_per_thread,
                 int threads, Store&& store) const {
@@ -137,7 +139,7 @@ class WeightStream {
       run_blocks(0, blocks_);
       return;
     }
-    share_ranges(blocks_, grain, threads, run_blocks);
+    parallel_for(blocks_, grain, run_blocks);
   }
 
  private:
