@@ -301,9 +301,9 @@ struct Recurrence {
             for (int64_t j = 0; j < H; ++j) hb[j] = (T(1) - z[j]) * ht[j] + z[j] * hp[j];
             if (record != nullptr) std::copy(act, act + GH, record->act + row * GH);
           } else if (plain && record == nullptr) {
-            plain_lstm_cell(pre, xr, bi, c + b * H, hb, H);
+            plain_lstm_cell<false, T>(pre, xr, bi, c + b * H, hb, nullptr, nullptr, nullptr, nullptr, H);
           } else if (plain) {
-            plain_lstm_cell_recorded(pre, xr, bi, c + b * H, hb, record->act + row * GH, record->cprev + row * H,
+            plain_lstm_cell<true, T>(pre, xr, bi, c + b * H, hb, record->act + row * GH, record->cprev + row * H,
                                      record->c + row * H, record->hc + row * H, H);
           } else {
             for (int64_t j = 0; j < GH; ++j) pre[j] += xr[j] + bi[j];

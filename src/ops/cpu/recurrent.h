@@ -500,45 +500,33 @@ inline bool plain_lstm_net(const RecurrentAttributes& a, bool peepholes) {
 
 // The usual LSTM cell (Sigmoid, Tanh, Tanh; no clip, peepholes or input_forget) of one row
 // in one pass: pre [4H] (i o f c, before the step's X W^T and biases) + xr + bias, c updated,
-// h written: 5 activations and 4 loops over the row in one.
-template <typename T>
+// h written: 5 activations and 4 loops over the row in one. kRecorded: the step also records
+// what its gradient reads, the activated gates act [4H] (i o f c), C before (c_prev) and
+// after (c_next) the step, and h(C) (hc); without it those pointers are not touched (null).
+template <bool kRecorded, typename T>
 ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void plain_lstm_cell(const T* __restrict pre, const T* __restrict xr,
                                                                const T* __restrict bias, T* __restrict c,
-                                                               T* __restrict h, int64_t n) {
+                                                               T* __restrict h, T* __restrict act, T* __restrict c_prev,
+                                                               T* __restrict c_next, T* __restrict hc, int64_t n) {
   for (int64_t j = 0; j < n; ++j) {
     const T i = vector_math::sigmoid(pre[j] + (xr[j] + bias[j]));
     const T o = vector_math::sigmoid(pre[n + j] + (xr[n + j] + bias[n + j]));
     const T f = vector_math::sigmoid(pre[2 * n + j] + (xr[2 * n + j] + bias[2 * n + j]));
     const T g = vector_math::tanh(pre[3 * n + j] + (xr[3 * n + j] + bias[3 * n + j]));
+    if constexpr (kRecorded) {
+      act[j] = i;
+      act[n + j] = o;
+      act[2 * n + j] = f;
+      act[3 * n + j] = g;
+      c_prev[j] = c[j];
+    }
     const T cj = f * c[j] + i * g;
     c[j] = cj;
-    h[j] = o * vector_math::tanh(cj);
-  }
-}
-
-// The same cell recording what its gradient reads: the activated gates act [4H] (i o f c),
-// C before (c_prev) and after (c_next) the step, and h(C) (hc).
-template <typename T>
-ONNXTRAIN_MULTIVERSIONED [[gnu::flatten]] void plain_lstm_cell_recorded(const T* __restrict pre, const T* __restrict xr,
-                                                                        const T* __restrict bias, T* __restrict c,
-                                                                        T* __restrict h, T* __restrict act,
-                                                                        T* __restrict c_prev, T* __restrict c_next,
-                                                                        T* __restrict hc, int64_t n) {
-  for (int64_t j = 0; j < n; ++j) {
-    const T i = vector_math::sigmoid(pre[j] + (xr[j] + bias[j]));
-    const T o = vector_math::sigmoid(pre[n + j] + (xr[n + j] + bias[n + j]));
-    const T f = vector_math::sigmoid(pre[2 * n + j] + (xr[2 * n + j] + bias[2 * n + j]));
-    const T g = vector_math::tanh(pre[3 * n + j] + (xr[3 * n + j] + bias[3 * n + j]));
-    act[j] = i;
-    act[n + j] = o;
-    act[2 * n + j] = f;
-    act[3 * n + j] = g;
-    c_prev[j] = c[j];
-    const T cj = f * c[j] + i * g;
-    c[j] = cj;
-    c_next[j] = cj;
     const T t = vector_math::tanh(cj);
-    hc[j] = t;
+    if constexpr (kRecorded) {
+      c_next[j] = cj;
+      hc[j] = t;
+    }
     h[j] = o * t;
   }
 }
