@@ -4,10 +4,10 @@
 #include <string>
 #include <vector>
 
+#include "ir/functions.h"
+
 namespace onnxtrain::passes {
 namespace {
-
-constexpr const char* kDomain = "org.onnxtrain";
 
 struct Cell {
   const char* op;
@@ -34,7 +34,7 @@ bool same_attribute(const ir::Attribute& x, const ir::Attribute& y) {
 
 // Whether `grad` differentiates `forward`: the same inputs (omitted ones alike) and attributes.
 bool differentiates(const ir::Node& grad, const ir::Node& forward, const Cell& cell) {
-  if (grad.domain != kDomain || grad.op_type != std::string(cell.op) + "Grad") return false;
+  if (grad.domain != ir::kOnnxtrainDomain || grad.op_type != std::string(cell.op) + "Grad") return false;
   if (grad.inputs.size() > cell.record_input) return false;  // it has a record already
   for (size_t i = 0; i < cell.inputs; ++i) {
     const std::string none;
@@ -70,7 +70,7 @@ size_t share_recurrent_record(ir::Model& model) {
     std::string record = (forward.name.empty() ? std::string(cell->op) : forward.name) + "_record";
     for (int k = 1; names.contains(record); ++k) record += std::to_string(k);
     names.insert(record);
-    forward.domain = kDomain;
+    forward.domain = ir::kOnnxtrainDomain;
     forward.op_type = std::string(cell->op) + "Training";
     forward.opset = 1;  // the model need not import the domain
     forward.outputs.resize(cell->outputs);
